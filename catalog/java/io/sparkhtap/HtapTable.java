@@ -1,0 +1,44 @@
+package io.sparkhtap;
+
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/** An HTAP table as Spark sees it: a schema and a scan builder. */
+public class HtapTable implements SupportsRead {
+  private final String name;
+  private final StructType schema;
+  private final Map<String, String> options;
+
+  HtapTable(String name, StructType schema, Map<String, String> options) {
+    this.name = name;
+    this.schema = schema;
+    this.options = options;
+  }
+
+  @Override
+  public String name() {
+    return name;
+  }
+
+  @Override
+  @SuppressWarnings("deprecation")
+  public StructType schema() {
+    return schema;
+  }
+
+  @Override
+  public Set<TableCapability> capabilities() {
+    return Set.of(TableCapability.BATCH_READ);
+  }
+
+  @Override
+  public ScanBuilder newScanBuilder(CaseInsensitiveStringMap ignored) {
+    return new HtapScanBuilder(name, schema, options);
+  }
+}

@@ -1,0 +1,158 @@
+"""One typed configuration model, parsed once from a TOML file.
+
+A config names where the replica lives (warehouse folder and metadata store) and which sources
+feed it. The HTAP tables themselves live in the metadata store (added with `htap tables add`),
+not in the file, so the file stays small and the same on every node.
+
+Resolution order: the file given explicitly (CLI `--config`, Spark option `config`), else the
+`HTAP_CONFIG` environment variable, else `./htap.toml`. Unknown keys are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from htap.errors import ConfigError
+
+CONFIG_ENV = "HTAP_CONFIG"
+DEFAULT_CONFIG_FILE = "htap.toml"
+
+# key -> (default, description). One place for every replica setting.
+REPLICA_KEYS: dict[str, tuple[object, str]] = {
+    "warehouse": ("warehouse", "folder holding the Parquet deltas (relative to the config file)"),
+    "metadata": ("", "SQLite file of the metadata store; default <warehouse>/metadata.db"),
+    "flush_interval_s": (0.5, "seconds between checkpoints that turn buffered changes into deltas"),
+    "flush_max_changes": (200_000, "buffered changes that force a checkpoint before the interval"),
+}
+SOURCE_KEYS: dict[str, tuple[object, str]] = {
+    "kind": ("postgres", "source kind: postgres"),
+    "dsn": ("", "libpq connection string of the source database"),
+    "slot": ("", "logical replication slot name; default htap_<source>"),
+    "publication": ("", "publication name; default htap_<source>"),
+}
+SOURCE_KINDS = ("postgres",)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    name: str
+    kind: str
+    dsn: str
+    slot: str
+    publication: str
+
+
+@dataclass(frozen=True)
+class HtapConfig:
+    path: Path
+    warehouse: Path
+    metadata: Path
+    flush_interval_s: float
+    flush_max_changes: int
+    sources: dict[str, SourceConfig] = field(default_factory=dict)
+
+    def source(self, name: str | None = None) -> SourceConfig:
+        """The named source, or the only one when no name is given."""
+        if name is None:
+            if len(self.sources) != 1:
+                raise ConfigError(
+                    f"{self.path}: {len(self.sources)} sources are configured "
+                    f"({', '.join(self.sources) or 'none'}); name one (option `source`)"
+                )
+            return next(iter(self.sources.values()))
+        if name not in self.sources:
+            raise ConfigError(
+                f"{self.path}: no source named {name!r}; configured: {', '.join(self.sources) or 'none'}"
+            )
+        return self.sources[name]
+
+
+def resolve_config_path(explicit: str | os.PathLike | None = None) -> Path:
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV]).expanduser().resolve()
+    return Path(DEFAULT_CONFIG_FILE).resolve()
+
+
+def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
+    """Read and validate a config file; every problem names the key and the file."""
+    p = resolve_config_path(path)
+    if not p.is_file():
+        raise ConfigError(f"no config file at {p}: run `htap init` or pass --config / set {CONFIG_ENV}")
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from e
+    return parse_config(raw, p)
+
+
+def parse_config(raw: dict, path: Path) -> HtapConfig:
+    _check_keys(raw, {"replica", "sources"}, path, "")
+    replica = raw.get("replica", {})
+    _check_keys(replica, set(REPLICA_KEYS), path, "replica.")
+    values = {k: replica.get(k, default) for k, (default, _) in REPLICA_KEYS.items()}
+    base = path.parent
+    warehouse = (base / str(values["warehouse"])).resolve()
+    metadata = (base / str(values["metadata"])).resolve() if values["metadata"] else warehouse / "metadata.db"
+    try:
+        flush_interval = float(values["flush_interval_s"])
+        flush_max = int(values["flush_max_changes"])
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: replica.flush_interval_s / flush_max_changes must be numbers: {e}") from e
+    sources = {}
+    for name, sraw in raw.get("sources", {}).items():
+        if not isinstance(sraw, dict):
+            raise ConfigError(f"{path}: [sources.{name}] must be a table")
+        _check_keys(sraw, set(SOURCE_KEYS), path, f"sources.{name}.")
+        kind = sraw.get("kind", "postgres")
+        if kind not in SOURCE_KINDS:
+            raise ConfigError(f"{path}: sources.{name}.kind = {kind!r} is not supported; use one of {SOURCE_KINDS}")
+        if not sraw.get("dsn"):
+            raise ConfigError(f"{path}: sources.{name}.dsn is required (a libpq connection string)")
+        sources[name] = SourceConfig(
+            name=name,
+            kind=kind,
+            dsn=sraw["dsn"],
+            slot=sraw.get("slot") or f"htap_{name}",
+            publication=sraw.get("publication") or f"htap_{name}",
+        )
+    return HtapConfig(
+        path=path,
+        warehouse=warehouse,
+        metadata=metadata,
+        flush_interval_s=flush_interval,
+        flush_max_changes=flush_max,
+        sources=sources,
+    )
+
+
+def _check_keys(section: dict, known: set[str], path: Path, prefix: str) -> None:
+    for key in section:
+        if key not in known:
+            hint = difflib.get_close_matches(key, sorted(known), n=1)
+            did_you_mean = f"; did you mean {prefix}{hint[0]!r}?" if hint else f"; known keys: {', '.join(sorted(known))}"
+            raise ConfigError(f"{path}: unknown config key {prefix}{key!r}{did_you_mean}")
+
+
+def render_config(source_name: str, dsn: str, warehouse: str = "warehouse") -> str:
+    """The text `htap init` writes: every key with its default and what it means."""
+    lines = ["# spark-htap configuration (see README). Tables are added with `htap tables add`.", "", "[replica]"]
+    for key, (default, doc) in REPLICA_KEYS.items():
+        value = warehouse if key == "warehouse" else default
+        if key == "metadata":
+            lines.append(f"# metadata = \"\"  # {doc}")
+            continue
+        lines.append(f"{key} = {_toml_value(value)}  # {doc}")
+    lines += ["", f"[sources.{source_name}]", f"kind = \"postgres\"", f"dsn = {_toml_value(dsn)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)

@@ -1,0 +1,1 @@
+"""CDC connectors: initial copy and change streams from the sources."""

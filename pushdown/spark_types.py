@@ -1,0 +1,38 @@
+"""Arrow types of replica columns -> Spark SQL types (the schema Spark sees for an HTAP table)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from htap.errors import TableError
+
+
+def spark_type(t: pa.DataType) -> str:
+    if pa.types.is_int16(t):
+        return "SMALLINT"
+    if pa.types.is_int32(t):
+        return "INT"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_float32(t):
+        return "FLOAT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "STRING"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_date32(t):
+        return "DATE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "BINARY"
+    raise TableError(f"Arrow type {t} has no Spark mapping")
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """A Spark DDL string for the schema; every column nullable (Spark only trusts the reader)."""
+    return ", ".join(f"`{f.name.replace('`', '``')}` {spark_type(f.type)}" for f in schema)

@@ -1,0 +1,1 @@
+"""The replica store: Parquet deltas, the metadata store and the ingest service."""

@@ -1,0 +1,77 @@
+"""Models of the replica's metadata. Frozen: they cross process boundaries (Spark executors)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+# Bookkeeping columns every delta carries next to the table's own columns.
+SEQ = "_seq"  # commit sequence of the version (Postgres: end LSN of the commit record)
+OP = "_op"  # OP_UPSERT or OP_DELETE
+OP_UPSERT = 0
+OP_DELETE = 1
+
+# Table states.
+STATE_PENDING = "pending"  # added, initial copy not started
+STATE_COPYING = "copying"  # initial copy running; not readable
+STATE_CATCHING_UP = "catching_up"  # copied; the change stream has not yet reached the copy point
+STATE_STREAMING = "streaming"  # readable, kept fresh by the change stream
+STATE_UNHEALTHY = "unhealthy"  # readable no more; queries must fail over to the source
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    source_type: str  # the source's spelling, e.g. "numeric(12,2)"
+    nullable: bool
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    id: int
+    source: str
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    arrow_schema_b64: str  # the table's own columns as an Arrow schema (IPC, base64)
+    state: str
+    copy_seq: int | None  # the seq the initial copy reflects
+    max_safe_seq: int | None
+    max_safe_time: float | None  # wall clock (epoch s) at which max_safe_seq was known current
+    error: str | None
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return self.decode_schema(self.arrow_schema_b64)
+
+    @staticmethod
+    def decode_schema(b64: str) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(b64)))
+
+    @property
+    def readable(self) -> bool:
+        return self.state == STATE_STREAMING and self.max_safe_seq is not None
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One sorted run of row versions of one table (key ASC, seq DESC) in one Parquet file."""
+
+    id: int
+    table_id: int
+    path: str  # relative to the warehouse
+    min_seq: int
+    max_seq: int
+    rows: int
+    bytes: int

@@ -1,0 +1,137 @@
+"""The pushed subplan: what Spark hands a scan (columns, filters, partial aggregation).
+
+The Java shim serializes Spark's pushed operators into the JSON form below; `PushedSubplan`
+parses it once at the boundary. `render.py` turns it into SQL for DuckDB (replica) or the source.
+
+JSON form (all keys optional):
+  {"columns": ["a", "b"],                                  # output columns when not aggregating
+   "filters": [<expr>, ...],                                # a conjunction
+   "group_by": ["region"],
+   "aggregates": [{"fn": "count_star"}, {"fn": "sum", "col": "amount"}, ...]}
+  <expr> := {"op": "eq"|"eq_null_safe"|"gt"|"ge"|"lt"|"le", "col": c, "value": <lit>}
+          | {"op": "in", "col": c, "values": [<lit>, ...]}
+          | {"op": "is_null"|"is_not_null", "col": c}
+          | {"op": "starts_with"|"ends_with"|"contains", "col": c, "value": <lit string>}
+          | {"op": "and"|"or", "args": [<expr>, <expr>]} | {"op": "not", "arg": <expr>}
+  <lit>  := {"type": "null"|"boolean"|"long"|"double"|"decimal"|"string"|"date"|"timestamp"
+                     |"timestamp_ntz", "value": ...}   # timestamp: epoch microseconds (UTC)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from htap.errors import HtapError
+
+COMPARISONS = ("eq", "eq_null_safe", "gt", "ge", "lt", "le")
+STRING_MATCHES = ("starts_with", "ends_with", "contains")
+LITERAL_TYPES = ("null", "boolean", "long", "double", "decimal", "string", "date", "timestamp", "timestamp_ntz")
+AGGREGATE_FUNCTIONS = ("count_star", "count", "sum", "min", "max")
+
+
+class SubplanError(HtapError):
+    """A pushed subplan the reader does not understand (a shim/reader version mismatch)."""
+
+
+@dataclass(frozen=True)
+class Literal:
+    type: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Predicate:
+    op: str
+    col: str | None = None
+    value: Literal | None = None
+    values: tuple[Literal, ...] = ()
+    args: tuple["Predicate", ...] = ()
+
+    def columns(self) -> set[str]:
+        out = {self.col} if self.col else set()
+        for a in self.args:
+            out |= a.columns()
+        return out
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    fn: str
+    col: str | None = None
+
+
+@dataclass(frozen=True)
+class PushedSubplan:
+    columns: tuple[str, ...] | None = None  # None: every column
+    filters: tuple[Predicate, ...] = ()
+    group_by: tuple[str, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
+    raw: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def aggregating(self) -> bool:
+        return bool(self.aggregates) or bool(self.group_by)
+
+    def referenced_columns(self) -> set[str]:
+        """Every table column the subplan reads (to prune what is scanned)."""
+        cols: set[str] = set(self.columns or ())
+        for f in self.filters:
+            cols |= f.columns()
+        cols |= set(self.group_by)
+        cols |= {a.col for a in self.aggregates if a.col}
+        return cols
+
+    def to_dict(self) -> dict:
+        return self.raw
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "PushedSubplan":
+        if not text:
+            return cls()
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SubplanError(f"pushed subplan is not valid JSON: {e}") from e
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "PushedSubplan":
+        unknown = set(raw) - {"columns", "filters", "group_by", "aggregates"}
+        if unknown:
+            raise SubplanError(f"pushed subplan has unknown keys {sorted(unknown)}")
+        columns = raw.get("columns")
+        return cls(
+            columns=None if columns is None else tuple(columns),
+            filters=tuple(_predicate(f) for f in raw.get("filters", [])),
+            group_by=tuple(raw.get("group_by", [])),
+            aggregates=tuple(_aggregate(a) for a in raw.get("aggregates", [])),
+            raw=raw,
+        )
+
+
+def _literal(raw: dict) -> Literal:
+    if raw.get("type") not in LITERAL_TYPES:
+        raise SubplanError(f"unknown literal type in pushed filter: {raw!r}")
+    return Literal(raw["type"], raw.get("value"))
+
+
+def _predicate(raw: dict) -> Predicate:
+    op = raw.get("op")
+    if op in COMPARISONS or op in STRING_MATCHES:
+        return Predicate(op, col=raw["col"], value=_literal(raw["value"]))
+    if op == "in":
+        return Predicate(op, col=raw["col"], values=tuple(_literal(v) for v in raw["values"]))
+    if op in ("is_null", "is_not_null"):
+        return Predicate(op, col=raw["col"])
+    if op in ("and", "or"):
+        return Predicate(op, args=tuple(_predicate(a) for a in raw["args"]))
+    if op == "not":
+        return Predicate(op, args=(_predicate(raw["arg"]),))
+    raise SubplanError(f"unknown pushed filter {raw!r}")
+
+
+def _aggregate(raw: dict) -> Aggregate:
+    if raw.get("fn") not in AGGREGATE_FUNCTIONS:
+        raise SubplanError(f"unknown pushed aggregate {raw!r}")
+    return Aggregate(raw["fn"], raw.get("col"))

@@ -1,0 +1,1 @@
+"""Data verification and query replay (not built yet: see README, issue 6)."""
