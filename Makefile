@@ -1,0 +1,29 @@
+# One command each: `make demo` (set up + end-to-end demo), `make test` (set up + all tests).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup install demo test bench clean
+
+# A virtualenv with the dependencies; rebuilt when pyproject.toml changes.
+$(BIN)/.deps: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q ".[test]"
+	touch $@
+
+setup: $(BIN)/.deps
+
+# spark-htap is installed as a regular (not editable) package: Spark discovers the `htap` data
+# source by scanning site-packages for `pyspark_*` modules, which editable installs hide.
+install: setup
+	$(BIN)/pip install -q --no-deps --force-reinstall . 2>&1 | grep -v -e '^\s*$$' -e 'Location' || true
+
+demo: install
+	$(BIN)/htap demo
+
+test: install
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .htap-demo
