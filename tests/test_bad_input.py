@@ -1,0 +1,110 @@
+"""Issue 2: bad input gets a one-line error that says what is wrong and what to do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HTAP, PG_DSN
+
+
+def one_line_error(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+def test_unknown_table(workspace):
+    msg = one_line_error(workspace.htap("tables", "add", f"{workspace.schema}.nope", check=False))
+    assert "does not exist in the source" in msg
+
+
+def test_table_without_primary_key(workspace):
+    workspace.sql(f"CREATE TABLE {workspace.schema}.nokey (a int, b text)")
+    msg = one_line_error(workspace.htap("tables", "add", f"{workspace.schema}.nokey", check=False))
+    assert "has no primary key" in msg and "ADD PRIMARY KEY" in msg
+
+
+def test_unsupported_column_type(workspace):
+    workspace.sql(f"CREATE TABLE {workspace.schema}.geo (id int PRIMARY KEY, p point)")
+    msg = one_line_error(workspace.htap("tables", "add", f"{workspace.schema}.geo", check=False))
+    assert "'point' is not supported" in msg
+
+
+def test_table_added_twice(workspace):
+    workspace.sql(f"CREATE TABLE {workspace.schema}.twice (id int PRIMARY KEY)")
+    workspace.htap("tables", "add", f"{workspace.schema}.twice")
+    msg = one_line_error(workspace.htap("tables", "add", f"{workspace.schema}.twice", check=False))
+    assert "already an HTAP table" in msg
+
+
+def test_wrong_dsn(tmp_path):
+    r = subprocess.run(
+        [*HTAP, "--config", str(tmp_path / "h.toml"), "init", "--dsn", "host=127.0.0.1 port=1 user=postgres dbname=test"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    msg = one_line_error(r)
+    assert "cannot connect to Postgres" in msg and "check the source's dsn" in msg
+
+
+def test_wal_level_other_than_logical(tmp_path):
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from htap import localpg
+
+    # The server runs as the postgres user, which cannot enter pytest's private tmp folders.
+    data = Path(tempfile.mkdtemp(prefix="htap-test-pg-"))
+    data.chmod(0o755)
+    dsn = localpg.start(data, port=54331, wal_level="replica")
+    try:
+        r = subprocess.run([*HTAP, "--config", str(tmp_path / "h.toml"), "init", "--dsn", dsn],
+                           capture_output=True, text=True, cwd=tmp_path)
+        msg = one_line_error(r)
+        assert "wal_level is 'replica'" in msg and "ALTER SYSTEM SET wal_level = 'logical'" in msg
+    finally:
+        localpg.stop(data)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_unknown_config_key(workspace):
+    text = workspace.config.read_text().replace("flush_interval_s", "flush_intervall_s")
+    workspace.config.write_text(text)
+    msg = one_line_error(workspace.htap("status", check=False))
+    assert "unknown config key replica.'flush_intervall_s'" in msg or "flush_intervall_s" in msg
+    assert "did you mean 'replica.flush_interval_s'" in msg or "did you mean" in msg
+
+
+def test_missing_config(tmp_path):
+    r = subprocess.run([*HTAP, "--config", str(tmp_path / "none.toml"), "status"], capture_output=True, text=True, cwd=tmp_path)
+    assert "run `htap init`" in one_line_error(r)
+
+
+def test_no_jdk(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env.update(PATH=str(tmp_path), HTAP_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([*HTAP, "--config", str(tmp_path / "h.toml"), "spark-conf"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    msg = one_line_error(r)
+    assert "no Java compiler (javac) found" in msg and "openjdk-17-jdk-headless" in msg
+
+    env["JAVA_HOME"] = str(tmp_path)
+    msg = one_line_error(subprocess.run([*HTAP, "spark-conf"], capture_output=True, text=True, env=env, cwd=tmp_path))
+    assert f"JAVA_HOME={tmp_path} has no bin/javac" in msg
+
+
+def test_spark_unknown_table_and_unknown_catalog_option(workspace, spark, catalog):
+    from pyspark.errors import AnalysisException
+
+    with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_NOT_FOUND"):
+        spark.sql(f"SELECT * FROM {catalog}.{workspace.schema}.nope").collect()
+
+    bad = catalog + "_bad"
+    spark.conf.set(f"spark.sql.catalog.{bad}", "io.sparkhtap.HtapCatalog")
+    spark.conf.set(f"spark.sql.catalog.{bad}.confg", str(workspace.config))
+    with pytest.raises(Exception, match=rf"Unknown option spark.sql.catalog.{bad}.confg"):
+        spark.sql(f"SELECT * FROM {bad}.{workspace.schema}.t").collect()
