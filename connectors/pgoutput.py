@@ -9,9 +9,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-PG_EPOCH_OFFSET_S = 946_684_800  # 2000-01-01 in Unix seconds
+from htap.connectors.changes import UNSET
 
-UNCHANGED_TOAST = object()  # a value the source did not send because it did not change
+PG_EPOCH_OFFSET_S = 946_684_800  # 2000-01-01 in Unix seconds
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _tuple(buf: bytes, pos: int) -> tuple[list, int]:
         elif kind == 0x6E:  # 'n' null
             append(None)
         elif kind == 0x75:  # 'u' unchanged TOAST value
-            append(UNCHANGED_TOAST)
+            append(UNSET)
         else:
             raise ValueError(f"unknown pgoutput tuple value kind {chr(kind)!r}")
     return values, pos

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
+import select
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -20,9 +22,23 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from psycopg2 import sql
 
-from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type
+from htap.conf import SourceConfig
+from htap.connectors import pgoutput
+from htap.connectors.changes import (
+    Begin,
+    ChangeSource,
+    ChangeStream,
+    Commit,
+    Event,
+    Progress,
+    Relation,
+    RowChange,
+    Truncate,
+    VALUES_TEXT,
+)
+from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column
 from htap.errors import NoSuchTableError, SourceError, TableError
-from htap.replica.models import Column
+from htap.replica.models import Column, TableInfo
 
 log = logging.getLogger(__name__)
 
@@ -206,3 +222,135 @@ def _copy_chunks(repl, dsn, snapshot, schema, table, columns, work_dir: Path) ->
         conn.close()
         if not repl.closed:
             repl.close()
+
+
+class PostgresStream(ChangeStream):
+    """pgoutput over a replication connection, translated into the unified change model."""
+
+    def __init__(self, source: SourceConfig, from_seq: int):
+        self.source = source
+        self.conn = connect(source.dsn, replication=True)
+        self.cur = self.conn.cursor()
+        try:
+            self.cur.start_replication(
+                slot_name=source.slot,
+                decode=False,
+                options={"proto_version": "1", "publication_names": source.publication},
+            )
+        except psycopg2.Error as e:
+            self.conn.close()
+            raise SourceError(f"cannot start streaming from slot {source.slot}: {e}") from e
+        self.relations: dict[int, tuple[str, str]] = {}
+        self.in_txn = False
+        self.progress = from_seq
+
+    def poll(self, timeout: float) -> Event | None:
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                msg = self.cur.read_message()
+                if msg is not None:
+                    event = self._translate(pgoutput.decode(msg.payload))
+                    if event is not None:
+                        return event
+                    continue
+                if not self.in_txn and self.cur.wal_end and self.cur.wal_end - 1 > self.progress:
+                    # The server has sent everything before its sent position (keepalive or data).
+                    self.progress = self.cur.wal_end - 1
+                    return Progress(self.progress)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                select.select([self.conn], [], [], left)
+        except psycopg2.Error as e:
+            raise SourceError(f"replication stream of source {self.source.name} failed: {e}") from e
+
+    def _translate(self, m) -> Event | None:
+        if isinstance(m, pgoutput.Begin):
+            self.in_txn = True
+            return Begin(m.commit_lsn, m.commit_time)
+        if isinstance(m, pgoutput.Commit):
+            self.in_txn = False
+            self.progress = max(self.progress, m.commit_lsn)
+            return Commit(m.commit_lsn, m.commit_time)
+        if isinstance(m, pgoutput.Relation):
+            self.relations[m.relid] = (m.schema, m.name)
+            return Relation(m.schema, m.name, m.columns)
+        if isinstance(m, pgoutput.Insert):
+            return RowChange(*self.relations[m.relid], "upsert", m.new)
+        if isinstance(m, pgoutput.Update):
+            return RowChange(*self.relations[m.relid], "upsert", m.new, m.old)
+        if isinstance(m, pgoutput.Delete):
+            return RowChange(*self.relations[m.relid], "delete", m.old)
+        if isinstance(m, pgoutput.Truncate):
+            return Truncate(tuple(self.relations[r] for r in m.relids if r in self.relations))
+        return None
+
+    def confirm(self, seq: int) -> None:
+        # The server skips, on restart, every transaction whose commit LSN is below this.
+        self.cur.send_feedback(flush_lsn=seq + 1)
+
+    def request_progress(self) -> None:
+        self.cur.send_feedback(reply=True)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class PostgresSource(ChangeSource):
+    values_format = VALUES_TEXT
+
+    def __init__(self, config: SourceConfig):
+        self.config = config
+
+    def _conn(self):
+        return connect(self.config.dsn)
+
+    def check(self) -> None:
+        conn = self._conn()
+        try:
+            check_cdc_ready(conn)
+        finally:
+            conn.close()
+
+    def describe_table(self, schema: str, table: str) -> tuple[list[Column], list[str]]:
+        conn = self._conn()
+        try:
+            return describe_table(conn, schema, table)
+        finally:
+            conn.close()
+
+    def arrow_type(self, source_type: str) -> pa.DataType:
+        return arrow_type(source_type)
+
+    def prepare(self) -> None:
+        conn = self._conn()
+        try:
+            ensure_publication(conn, self.config.publication)
+        finally:
+            conn.close()
+        ensure_slot(self.config.dsn, self.config.slot)
+
+    def initial_copy(self, table: TableInfo, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
+        conn = self._conn()
+        try:
+            publish_table(conn, self.config.publication, table.schema, table.name)
+        finally:
+            conn.close()
+        import os
+
+        names = [c.name for c in table.columns]
+        copy_seq, chunks = copy_table(
+            self.config.dsn, table.schema, table.name, names, work_dir, slot_name=f"htap_copy_{table.id}_{os.getpid()}"
+        )
+        schema = table.arrow_schema
+
+        def typed() -> Iterator[pa.Table]:
+            for chunk in chunks:
+                arrays = [decode_text_column(col.combine_chunks(), f.type) for col, f in zip(chunk.columns, schema)]
+                yield pa.Table.from_arrays(arrays, schema=schema)
+
+        return copy_seq, typed()
+
+    def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
+        return PostgresStream(self.config, from_seq)

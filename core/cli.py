@@ -23,22 +23,18 @@ def _config(args):
 
 def cmd_init(args) -> int:
     from htap.conf import parse_config, render_config, resolve_config_path
-    from htap.connectors.postgres import check_cdc_ready, connect
+    from htap.connectors.registry import open_source
     from htap.errors import ConfigError
     from htap.replica.metadata import MetadataStore
 
     path = resolve_config_path(args.config)
     if path.exists() and not args.force:
         raise ConfigError(f"{path} already exists; use --force to overwrite it, or --config for another file")
-    conn = connect(args.dsn)
-    try:
-        check_cdc_ready(conn)
-    finally:
-        conn.close()
     text = render_config(args.source, args.dsn, args.warehouse)
     import tomllib
 
     cfg = parse_config(tomllib.loads(text), path)
+    open_source(cfg.source(args.source)).check()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     cfg.warehouse.mkdir(parents=True, exist_ok=True)
@@ -49,8 +45,7 @@ def cmd_init(args) -> int:
 
 
 def cmd_tables_add(args) -> int:
-    from htap.connectors.pgtypes import arrow_type
-    from htap.connectors.postgres import connect, describe_table
+    from htap.connectors.registry import open_source
     from htap.errors import ConfigError
     from htap.replica.metadata import MetadataStore
     from htap.replica.models import encode_schema
@@ -61,12 +56,9 @@ def cmd_tables_add(args) -> int:
     if "." not in args.table:
         raise ConfigError(f"name the table as <schema>.<table>, e.g. public.{args.table}")
     schema, name = args.table.split(".", 1)
-    conn = connect(source.dsn)
-    try:
-        columns, key = describe_table(conn, schema, name)
-    finally:
-        conn.close()
-    arrow = pa.schema([pa.field(c.name, arrow_type(c.source_type)) for c in columns])
+    src = open_source(source)
+    columns, key = src.describe_table(schema, name)
+    arrow = pa.schema([pa.field(c.name, src.arrow_type(c.source_type)) for c in columns])
     store = MetadataStore(cfg.metadata)
     try:
         store.add_table(source.name, schema, name, columns, key, encode_schema(arrow))

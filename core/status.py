@@ -36,12 +36,14 @@ def current_rows(cfg: HtapConfig, store: MetadataStore, table: TableInfo) -> int
     from htap.rewrite.subplan import Aggregate, PushedSubplan
     import pyarrow as pa
 
-    paths = [d.path for d in store.deltas(table.id) if d.min_seq <= table.max_safe_seq]
+    from htap.replica.snapshot import plan_read
+
+    plan = plan_read(store, table, table.max_safe_seq)
     out = pa.schema([pa.field("n", pa.int64())])
     batches = list(
         read_replica(
-            cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), paths,
-            table.max_safe_seq, PushedSubplan(aggregates=(Aggregate("count_star"),)), out,
+            cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), list(plan.delta_paths),
+            plan.seq, PushedSubplan(aggregates=(Aggregate("count_star"),)), out, floor=plan.floor, partial=plan.partial,
         )
     )
     return sum(b.column(0)[0].as_py() for b in batches if b.num_rows)

@@ -15,6 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from htap.errors import ConfigError, NoSuchTableError, ReplicaError
+from htap.replica.snapshot import ReadPlan
 
 # Marker the Java shim looks for to turn a Python failure into Spark's NoSuchTableException.
 NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE"
@@ -72,8 +73,7 @@ class ReplicaPartition(InputPartition):
     table_label: str
     table_schema_b64: str
     key: tuple[str, ...]
-    delta_paths: tuple[str, ...]
-    seq: int
+    plan: "ReadPlan"
     pushed: str | None
 
 
@@ -104,9 +104,11 @@ class HtapReader(DataSourceReader):
                     f"HTAP table {table.qualified_name} is not readable yet (state: {table.state}"
                     f"{'; ' + table.error if table.error else ''}); wait for `htap status` to show it streaming"
                 )
+            from htap.replica.snapshot import plan_read
+
             seq = table.max_safe_seq
             subplan = PushedSubplan.from_json(opts.pushed)
-            deltas = [d.path for d in store.deltas(table.id) if d.min_seq <= seq]
+            plan = plan_read(store, table, seq)
             store.record_scan(table.id, "replica", seq, subplan.to_dict())
         finally:
             store.close()
@@ -116,8 +118,7 @@ class HtapReader(DataSourceReader):
             table_label=f"{table.source}.{table.qualified_name}",
             table_schema_b64=table.arrow_schema_b64,
             key=table.key,
-            delta_paths=tuple(deltas),
-            seq=seq,
+            plan=plan,
             pushed=opts.pushed,
         )
 
@@ -139,8 +140,10 @@ class HtapReader(DataSourceReader):
             partition.table_label,
             table_schema,
             list(partition.key),
-            list(partition.delta_paths),
-            partition.seq,
+            list(partition.plan.delta_paths),
+            partition.plan.seq,
             PushedSubplan.from_json(partition.pushed),
             to_arrow_schema(self.schema, timezone="UTC"),
+            floor=partition.plan.floor,
+            partial=partition.plan.partial,
         )

@@ -1,10 +1,11 @@
 """Merge-on-read of a replica table at one snapshot seq, then the pushed subplan, in DuckDB.
 
-Versions of all deltas with `_seq <= snapshot` are collapsed per key (latest version wins; a
-delete hides the row), and the pushed filters, projection and partial aggregation run on the
-result — one vectorized DuckDB query, streamed out as Arrow record batches. Filters that touch
-only key columns are applied before the collapse (every version of a key shares them), so point
-and range lookups by key skip most of the work.
+Versions of all deltas with `floor <= _seq <= snapshot` are collapsed per key (latest version
+wins; a delete hides the row; columns a partial update did not carry come from the key's newest
+older version that has them), then the pushed filters, projection and partial aggregation run
+on the result — one vectorized DuckDB query, streamed out as Arrow record batches. Filters that
+touch only key columns are applied before the collapse (every version of a key shares them), so
+point and range lookups by key skip most of the work.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 
 from htap.errors import ReplicaError
-from htap.replica.models import OP, OP_UPSERT, SEQ
+from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
 
@@ -30,23 +31,47 @@ def _ident(name: str) -> str:
 
 
 def replica_sql(
-    files: list[str], key: list[str], all_columns: list[str], seq: int, subplan: PushedSubplan, empty_source: str
+    source: str,
+    key: list[str],
+    all_columns: list[str],
+    seq: int,
+    subplan: PushedSubplan,
+    *,
+    floor: int | None = None,
+    partial: bool = False,
 ) -> str:
-    """The DuckDB query that reads `files` at `seq` and applies `subplan`."""
-    needed = [c for c in all_columns if c in subplan.referenced_columns() or c in key or subplan.columns is None]
-    scan_cols = ", ".join(_ident(c) for c in [*needed, SEQ, OP])
-    if files:
-        source = "read_parquet([" + ", ".join(exp.Literal.string(f).sql("duckdb") for f in files) + "])"
-    else:
-        source = empty_source
+    """The DuckDB query that reads versions from `source` at `seq` and applies `subplan`."""
+    wanted = subplan.referenced_columns()
+    needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
     row_filters = [f for f in subplan.filters if f not in key_filters]
-    version_where = [f"{_ident(SEQ)} <= {int(seq)}"] + [render.predicate(f).sql("duckdb") for f in key_filters]
-    partition_by = ", ".join(_ident(k) for k in key)
-    latest = (
-        f"SELECT {scan_cols} FROM {source} WHERE {' AND '.join(version_where)} "
-        f"QUALIFY row_number() OVER (PARTITION BY {partition_by} ORDER BY {_ident(SEQ)} DESC) = 1"
-    )
+    where = [f"{_ident(SEQ)} <= {int(seq)}"]
+    if floor is not None:
+        where.append(f"{_ident(SEQ)} >= {int(floor)}")  # a truncation hides everything older
+    where += [render.predicate(f).sql("duckdb") for f in key_filters]
+    partition = ", ".join(_ident(k) for k in key)
+    newest_first = f"PARTITION BY {partition} ORDER BY {_ident(SEQ)} DESC"
+    if partial:
+        # Each non-key column: its value in the newest version that carried it. Wrapping it in
+        # a struct keeps a carried NULL apart from "not carried".
+        cols = []
+        for c in needed:
+            if c in key:
+                cols.append(_ident(c))
+                continue
+            bit = all_columns.index(c)
+            carried = f"CASE WHEN ({_ident(UNSET_MASK)} >> {bit}) & 1 = 0 THEN struct_pack(v := {_ident(c)}) END"
+            cols.append(
+                f"(first_value({carried} IGNORE NULLS) OVER (PARTITION BY {partition} ORDER BY {_ident(SEQ)} DESC"
+                f" ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)).v AS {_ident(c)}"
+            )
+        latest = (
+            f"SELECT {', '.join(cols)}, {_ident(OP)} FROM {source} WHERE {' AND '.join(where)} "
+            f"QUALIFY row_number() OVER ({newest_first}) = 1"
+        )
+    else:
+        cols = ", ".join(_ident(c) for c in [*needed, OP])
+        latest = f"SELECT {cols} FROM {source} WHERE {' AND '.join(where)} QUALIFY row_number() OVER ({newest_first}) = 1"
     current = (
         exp.select("*")
         .from_(sqlglot.parse_one(latest, read="duckdb").subquery("latest"))
@@ -58,13 +83,6 @@ def replica_sql(
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
 
 
-def delta_schema(table_schema: pa.Schema) -> pa.Schema:
-    """Schema of a delta file: the table's columns plus the version bookkeeping."""
-    return table_schema.append(pa.field(SEQ, pa.int64(), nullable=False)).append(
-        pa.field(OP, pa.int8(), nullable=False)
-    )
-
-
 def read_replica(
     warehouse: Path,
     table_label: str,
@@ -74,6 +92,9 @@ def read_replica(
     seq: int,
     subplan: PushedSubplan,
     output_schema: pa.Schema,
+    *,
+    floor: int | None = None,
+    partial: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`."""
     files = [str(warehouse / p) for p in delta_paths]
@@ -82,9 +103,12 @@ def read_replica(
             raise ReplicaError(f"delta file {f} of table {table_label} is missing; the replica is damaged")
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    empty = pa.Table.from_batches([], schema=delta_schema(table_schema))
-    con.register("__empty_deltas", empty)
-    sql = replica_sql(files, key, table_schema.names, seq, subplan, "__empty_deltas")
+    if files:
+        source = "read_parquet([" + ", ".join(exp.Literal.string(f).sql("duckdb") for f in files) + "])"
+    else:
+        con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
+        source = "__no_deltas"
+    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial)
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:

@@ -1,79 +1,114 @@
-"""Buffered changes of one table between checkpoints, kept as columns of source text.
+"""Buffered changes of one table between checkpoints, kept as Python lists per column.
 
-The stream appends one Python list element per value (the protocol decoder already touches each
-value once); everything after that — type decoding, sorting, collapsing — is vectorized.
+The stream appends one list element per value (the protocol decoder already touched each value
+once); everything after that — type decoding, sorting, collapsing — is vectorized.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from htap.connectors.pgoutput import UNCHANGED_TOAST
+from htap.connectors.changes import UNSET, VALUES_TEXT
 from htap.connectors.pgtypes import decode_text_column
 from htap.errors import HtapError
-from htap.replica.deltas import ORD
-from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, TableInfo
+from htap.replica.models import OP, OP_DELETE, OP_UPSERT, ORD, SEQ, UNSET_MASK, TableInfo
+
+
+MAX_PARTIAL_COLUMNS = 63  # the unset mask is an int64 bitmask
 
 
 class SchemaChanged(HtapError):
     """The source table's columns no longer match the replica's."""
 
 
-class PartialRowUnsupported(HtapError):
-    """The source sent a row without some of its values (unchanged TOAST)."""
-
-
 class TableBuffer:
-    def __init__(self, table: TableInfo):
+    def __init__(self, table: TableInfo, values_format: str):
         self.table = table
+        self.values_format = values_format
         self.names = [c.name for c in table.columns]
         self.key_positions = [self.names.index(k) for k in table.key]
+        self._reset()
+
+    def _reset(self) -> None:
         self.columns: list[list] = [[] for _ in self.names]
         self.seqs: list[int] = []
         self.ops: list[int] = []
+        self.unset: list[int] = []
+        self.latest: dict[tuple, int] = {}  # key -> position of its newest buffered version
 
     def __len__(self) -> int:
         return len(self.seqs)
 
-    def set_relation(self, columns: tuple[str, ...]) -> None:
+    def check_columns(self, columns: tuple[str, ...]) -> None:
         if list(columns) != self.names:
             raise SchemaChanged(
                 f"{self.table.qualified_name} changed in the source: columns are now {list(columns)}, "
-                f"the replica has {self.names}; schema changes mid-stream are not supported yet"
+                f"the replica has {self.names}"
             )
 
     def upsert(self, values: list, seq: int) -> None:
-        if UNCHANGED_TOAST in values:
-            raise PartialRowUnsupported(
-                f"{self.table.qualified_name}: an update did not carry an unchanged large (TOAST) value; "
-                f"set REPLICA IDENTITY FULL on the source table until partial updates are supported"
-            )
+        key = self.key_of(values)
+        mask = 0
+        if UNSET in values:
+            values, mask = self._fill(key, values)
+        self.latest[key] = len(self.seqs)
         for col, v in zip(self.columns, values):
             col.append(v)
         self.seqs.append(seq)
         self.ops.append(OP_UPSERT)
+        self.unset.append(mask)
+
+    def _fill(self, key: tuple, values: list) -> tuple[list, int]:
+        """A partial row: fill unset values from the key's newest buffered version if there is
+        one; what stays unset is marked in the mask and filled from older deltas when read."""
+        prev = self.latest.get(key)
+        usable = prev is not None and self.ops[prev] == OP_UPSERT
+        filled, mask = [], 0
+        for i, v in enumerate(values):
+            if v is UNSET:
+                if i >= MAX_PARTIAL_COLUMNS:
+                    raise SchemaChanged(
+                        f"{self.table.qualified_name}: a partial update left column {self.names[i]!r} unset, and only "
+                        f"the first {MAX_PARTIAL_COLUMNS} columns can be; set REPLICA IDENTITY FULL on the source table"
+                    )
+                if usable:
+                    v = self.columns[i][prev]
+                    mask |= self.unset[prev] & (1 << i)
+                else:
+                    v, mask = None, mask | (1 << i)
+            filled.append(v)
+        return filled, mask
 
     def delete(self, old: list, seq: int) -> None:
-        """`old` is the source's old-key tuple: key columns set, the rest null."""
+        """`old` holds at least the key columns; the rest is not kept."""
+        self.latest[self.key_of(old)] = len(self.seqs)
         for i, col in enumerate(self.columns):
             col.append(old[i] if i in self.key_positions else None)
         self.seqs.append(seq)
         self.ops.append(OP_DELETE)
+        self.unset.append(0)
+
+    def truncate(self) -> None:
+        """The table was truncated: nothing buffered so far can be visible any more."""
+        self._reset()
 
     def key_of(self, values: list) -> tuple:
         return tuple(values[i] for i in self.key_positions)
 
     def drain(self) -> pa.Table:
-        """The buffered changes as an Arrow table (typed columns, _seq, _op, _ord); empties the buffer."""
-        arrays = typed_columns([pa.array(col, pa.string()) for col in self.columns], self.table.arrow_schema)
+        """The buffered changes as an Arrow table (typed columns, _seq, _op, _unset, _ord); empties the buffer."""
+        schema = self.table.arrow_schema
+        if self.values_format == VALUES_TEXT:
+            arrays = [decode_text_column(pa.array(col, pa.string()), f.type) for col, f in zip(self.columns, schema)]
+        else:
+            arrays = [pa.array(col, f.type) for col, f in zip(self.columns, schema)]
         n = len(self.seqs)
-        arrays += [pa.array(self.seqs, pa.int64()), pa.array(self.ops, pa.int8()), pa.array(range(n), pa.int64())]
-        data = pa.Table.from_arrays(arrays, names=[*self.names, SEQ, OP, ORD])
-        self.columns = [[] for _ in self.names]
-        self.seqs, self.ops = [], []
+        arrays += [
+            pa.array(self.seqs, pa.int64()),
+            pa.array(self.ops, pa.int8()),
+            pa.array(self.unset, pa.int64()),
+            pa.array(range(n), pa.int64()),
+        ]
+        data = pa.Table.from_arrays(arrays, names=[*self.names, SEQ, OP, UNSET_MASK, ORD])
+        self._reset()
         return data
-
-
-def typed_columns(text_columns: list[pa.Array], schema: pa.Schema) -> list[pa.Array]:
-    """Source text columns -> Arrow arrays of the replica's column types (vectorized)."""
-    return [decode_text_column(col, f.type) for col, f in zip(text_columns, schema)]

@@ -12,13 +12,14 @@ import uuid
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap.replica.metadata import NewDelta
-from htap.replica.models import OP, SEQ, TableInfo
+from htap.replica.models import ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 
-ORD = "_ord"  # arrival order inside a batch; breaks ties between versions of one key at one seq
 ROW_GROUP_ROWS = 128 * 1024
 
 
@@ -27,7 +28,11 @@ def table_dir(table: TableInfo) -> str:
 
 
 def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
-    """Keep the last version per (key, seq) in arrival order, sorted by key ASC, seq DESC."""
+    """Keep the last version per (key, seq) in arrival order, sorted by key ASC, seq DESC.
+
+    Within one transaction a key can change several times; its last change is its state at
+    that seq. (A partial update followed by more changes in one transaction keeps the last.)
+    """
     con = duckdb.connect()
     try:
         con.register("batch", data)
@@ -42,11 +47,16 @@ def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
 
 
 def write_delta(warehouse: Path, table: TableInfo, data: pa.Table) -> NewDelta:
-    """Write `data` (table columns, _seq, _op and optionally _ord) as one durable delta file."""
+    """Write `data` (table columns, _seq, _op, optionally _unset and _ord) as one durable delta file.
+
+    With `_ord`, versions are first sorted and collapsed per (key, seq); without it the caller
+    guarantees that order.
+    """
+    if UNSET_MASK not in data.column_names:
+        data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, dtype=np.int64)))
     if ORD in data.column_names:
         data = sort_versions(data, list(table.key))
-    target = table.arrow_schema
-    target = target.append(pa.field(SEQ, pa.int64(), nullable=False)).append(pa.field(OP, pa.int8(), nullable=False))
+    target = delta_schema(table.arrow_schema)
     data = data.select(target.names).cast(target)
     seqs = data.column(SEQ)
     rel = f"{table_dir(table)}/{uuid.uuid4().hex}.parquet"
@@ -57,9 +67,8 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table) -> NewDelta:
     _fsync(tmp)
     os.replace(tmp, path)
     _fsync(path.parent)
-    import pyarrow.compute as pc
-
     bounds = pc.min_max(seqs)
+    partial = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py() or 0
     return NewDelta(
         table_id=table.id,
         path=rel,
@@ -67,6 +76,7 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table) -> NewDelta:
         max_seq=bounds["max"].as_py(),
         rows=data.num_rows,
         bytes=path.stat().st_size,
+        partial_rows=partial,
     )
 
 

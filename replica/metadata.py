@@ -61,7 +61,13 @@ CREATE TABLE IF NOT EXISTS deltas (
   max_seq INTEGER NOT NULL,
   rows INTEGER NOT NULL,
   bytes INTEGER NOT NULL,
+  partial_rows INTEGER NOT NULL DEFAULT 0,
   created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS truncations (
+  table_id INTEGER NOT NULL REFERENCES tables(id),
+  seq INTEGER NOT NULL,           -- every version below it is gone (the same transaction may add rows)
+  PRIMARY KEY (table_id, seq)
 );
 CREATE INDEX IF NOT EXISTS deltas_by_table ON deltas (table_id, max_seq);
 CREATE TABLE IF NOT EXISTS scans (
@@ -84,6 +90,7 @@ class NewDelta:
     max_seq: int
     rows: int
     bytes: int
+    partial_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -226,13 +233,22 @@ class MetadataStore:
 
     # --- checkpoints --------------------------------------------------------------------------
 
-    def commit_checkpoint(self, source: str, deltas: list[NewDelta], safe_seq: int, safe_time: float) -> None:
-        """Make a checkpoint durable: its deltas, every table's max safe seq, the source position.
+    def commit_checkpoint(
+        self,
+        source: str,
+        deltas: list[NewDelta],
+        safe_seq: int,
+        safe_time: float,
+        truncations: list[tuple[int, int]] = (),
+    ) -> None:
+        """Make a checkpoint durable: its deltas and truncations (table id, seq), every table's
+        max safe seq, the source position — in one transaction.
 
         Tables still catching up become readable once the stream has passed their copy seq.
         """
         with self._tx() as c:
             self._insert_deltas(c, deltas)
+            c.executemany("INSERT OR IGNORE INTO truncations (table_id, seq) VALUES (?, ?)", list(truncations))
             c.execute(
                 "UPDATE tables SET state = ? WHERE source = ? AND state = ? AND copy_seq <= ?",
                 (STATE_STREAMING, source, STATE_CATCHING_UP, safe_seq),
@@ -256,17 +272,25 @@ class MetadataStore:
     def _insert_deltas(c: sqlite3.Connection, deltas: list[NewDelta]) -> None:
         now = time.time()
         c.executemany(
-            "INSERT INTO deltas (table_id, path, min_seq, max_seq, rows, bytes, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(d.table_id, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, now) for d in deltas],
+            "INSERT INTO deltas (table_id, path, min_seq, max_seq, rows, bytes, partial_rows, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(d.table_id, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, now) for d in deltas],
         )
 
     def deltas(self, table_id: int) -> list[Delta]:
         rows = self._conn.execute(
-            "SELECT id, table_id, path, min_seq, max_seq, rows, bytes FROM deltas WHERE table_id = ? ORDER BY id",
+            "SELECT id, table_id, path, min_seq, max_seq, rows, bytes, partial_rows FROM deltas"
+            " WHERE table_id = ? ORDER BY id",
             (table_id,),
         ).fetchall()
         return [Delta(*r) for r in rows]
+
+    def truncated_at(self, table_id: int, seq: int) -> int | None:
+        """The latest truncation of the table at or below `seq` (versions below it are gone)."""
+        row = self._conn.execute(
+            "SELECT max(seq) FROM truncations WHERE table_id = ? AND seq <= ?", (table_id, seq)
+        ).fetchone()
+        return row[0]
 
     def delta_stats(self, table_id: int) -> tuple[int, int, int]:
         """(number of deltas, row versions, bytes) of a table."""

@@ -10,6 +10,8 @@ import pyarrow as pa
 # Bookkeeping columns every delta carries next to the table's own columns.
 SEQ = "_seq"  # commit sequence of the version (Postgres: end LSN of the commit record)
 OP = "_op"  # OP_UPSERT or OP_DELETE
+UNSET_MASK = "_unset"  # bit i set: column i was not sent (partial update), take it from an older version
+ORD = "_ord"  # arrival order inside a batch (only before a delta is written)
 OP_UPSERT = 0
 OP_DELETE = 1
 
@@ -60,6 +62,15 @@ class TableInfo:
         return self.state == STATE_STREAMING and self.max_safe_seq is not None
 
 
+def delta_schema(table_schema: pa.Schema) -> pa.Schema:
+    """Schema of a delta file: the table's columns plus the version bookkeeping."""
+    return (
+        table_schema.append(pa.field(SEQ, pa.int64(), nullable=False))
+        .append(pa.field(OP, pa.int8(), nullable=False))
+        .append(pa.field(UNSET_MASK, pa.int64(), nullable=False))
+    )
+
+
 def encode_schema(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
@@ -75,3 +86,4 @@ class Delta:
     max_seq: int
     rows: int
     bytes: int
+    partial_rows: int = 0  # versions with unset columns (reads then fill them from older versions)

@@ -1,43 +1,28 @@
-"""The ingest service: keeps every HTAP table of a Postgres source fresh.
+"""The ingest service: keeps every HTAP table of every configured source fresh.
 
-Per source: check the server, make sure the publication and slot exist, copy any table that
-was added (or whose copy was interrupted) at a consistent snapshot, then stream changes and
-checkpoint them. A checkpoint writes one delta per changed table, commits the deltas together
-with the new max safe seq in the metadata store, and only then confirms the position to the
-source. A crash loses nothing: the stream resumes after the last durable checkpoint and any
-re-sent transaction at or below it is skipped.
+Per source: check it, prepare it (publication and slot), copy any table that was added (or whose
+copy was interrupted) at a consistent snapshot, then stream changes and checkpoint them. A
+checkpoint writes one delta per changed table, commits the deltas together with the new max safe
+seq in the metadata store, and only then confirms the position to the source. A crash loses
+nothing: the stream resumes after the last durable checkpoint and any re-sent transaction at or
+below it is skipped. Checkpoints happen only between transactions, so a reader never sees half
+of one.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import select
 import threading
 import time
 
-import pyarrow as pa
-import psycopg2
-
 from htap.conf import HtapConfig, SourceConfig
-from htap.connectors import pgoutput
-from htap.connectors.postgres import (
-    check_cdc_ready,
-    connect,
-    copy_table,
-    ensure_publication,
-    ensure_slot,
-    int_to_lsn,
-    publish_table,
-)
-from htap.errors import HtapError, SourceError
-from htap.replica.buffer import PartialRowUnsupported, SchemaChanged, TableBuffer, typed_columns
-from htap.replica.deltas import ORD, write_delta
+from htap.connectors.changes import Begin, ChangeSource, Commit, Progress, Relation, RowChange, Truncate
+from htap.connectors.registry import open_source
+from htap.errors import HtapError
+from htap.replica.buffer import SchemaChanged, TableBuffer
+from htap.replica.deltas import write_delta
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import (
-    OP,
-    OP_UPSERT,
-    SEQ,
     STATE_CATCHING_UP,
     STATE_COPYING,
     STATE_PENDING,
@@ -51,23 +36,19 @@ log = logging.getLogger(__name__)
 PENDING_CHECK_S = 2.0
 
 
-class PostgresIngest:
-    """Copy and stream one Postgres source into the replica until `stop` is set."""
+class SourceIngest:
+    """Copy and stream one source into the replica until `stop` is set."""
 
     def __init__(self, cfg: HtapConfig, source: SourceConfig, stop: threading.Event):
         self.cfg = cfg
-        self.source = source
+        self.config = source
+        self.source: ChangeSource = open_source(source)
         self.stop = stop
         self.store = MetadataStore(cfg.metadata)
 
     def run(self) -> None:
-        conn = connect(self.source.dsn)
-        try:
-            check_cdc_ready(conn)
-            ensure_publication(conn, self.source.publication)
-        finally:
-            conn.close()
-        ensure_slot(self.source.dsn, self.source.slot)
+        self.source.check()
+        self.source.prepare()
         while not self.stop.is_set():
             self.sync_tables()
             self.stream()
@@ -75,66 +56,46 @@ class PostgresIngest:
     # --- initial copy -------------------------------------------------------------------------
 
     def sync_tables(self) -> None:
-        for table in self.store.list_tables(self.source.name):
+        for table in self.store.list_tables(self.config.name):
             if table.state in (STATE_PENDING, STATE_COPYING) and not self.stop.is_set():
                 self.copy(table)
 
     def copy(self, table: TableInfo) -> None:
         for stale in self.store.start_copy(table.id):
             (self.cfg.warehouse / stale).unlink(missing_ok=True)
-        conn = connect(self.source.dsn)
-        try:
-            publish_table(conn, self.source.publication, table.schema, table.name)
-        finally:
-            conn.close()
-        names = [c.name for c in table.columns]
-        copy_seq, chunks = copy_table(
-            self.source.dsn,
-            table.schema,
-            table.name,
-            names,
-            self.cfg.warehouse / "_tmp",
-            slot_name=f"htap_copy_{table.id}_{os.getpid()}",
-        )
-        log.info("copying %s at seq %s", table.qualified_name, int_to_lsn(copy_seq))
+        copy_seq, chunks = self.source.initial_copy(table, self.cfg.warehouse / "_tmp")
+        log.info("copying %s at seq %s", table.qualified_name, copy_seq)
+        import pyarrow as pa
+
+        from htap.replica.models import OP, OP_UPSERT, ORD, SEQ
+
         deltas, rows, started = [], 0, time.monotonic()
         for chunk in chunks:
             n = chunk.num_rows
-            arrays = typed_columns(chunk.columns, table.arrow_schema)
-            arrays += [
-                pa.array([copy_seq] * n, pa.int64()),
-                pa.array([OP_UPSERT] * n, pa.int8()),
-                pa.array(range(n), pa.int64()),
-            ]
-            data = pa.Table.from_arrays(arrays, names=[*names, SEQ, OP, ORD])
+            data = (
+                chunk.append_column(SEQ, pa.array([copy_seq] * n, pa.int64()))
+                .append_column(OP, pa.array([OP_UPSERT] * n, pa.int8()))
+                .append_column(ORD, pa.array(range(n), pa.int64()))
+            )
             deltas.append(write_delta(self.cfg.warehouse, table, data))
             rows += n
-            log.info("copying %s: %d rows (%.0f rows/s)", table.qualified_name, rows, rows / max(time.monotonic() - started, 1e-6))
+            elapsed = max(time.monotonic() - started, 1e-6)
+            log.info("copying %s: %d rows (%.0f rows/s)", table.qualified_name, rows, rows / elapsed)
         self.store.finish_copy(table.id, deltas, copy_seq)
-        log.info("copied %s: %d rows in %d deltas; catching up from %s", table.qualified_name, rows, len(deltas), int_to_lsn(copy_seq))
+        log.info("copied %s: %d rows in %d deltas; catching up from seq %s", table.qualified_name, rows, len(deltas), copy_seq)
 
     # --- streaming ----------------------------------------------------------------------------
 
     def stream(self) -> None:
         """Stream and checkpoint until stopped or until a table needs its initial copy."""
-        tables = {t.id: t for t in self.store.list_tables(self.source.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)}
+        tables = {
+            t.id: t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)
+        }
         by_name = {(t.schema, t.name): t.id for t in tables.values()}
-        buffers = {tid: TableBuffer(t) for tid, t in tables.items()}
-        position = self.store.source_position(self.source.name) or 0
-        relations: dict[int, int | None] = {}
-
-        repl = connect(self.source.dsn, replication=True)
-        cur = repl.cursor()
-        try:
-            cur.start_replication(
-                slot_name=self.source.slot,
-                decode=False,
-                options={"proto_version": "1", "publication_names": self.source.publication},
-            )
-        except psycopg2.Error as e:
-            repl.close()
-            raise SourceError(f"cannot start streaming from slot {self.source.slot}: {e}") from e
-        log.info("streaming %s from %s (%d tables)", self.source.name, int_to_lsn(position), len(tables))
+        buffers = {tid: TableBuffer(t, self.source.values_format) for tid, t in tables.items()}
+        position = self.store.source_position(self.config.name) or 0
+        truncations: list[tuple[int, int]] = []
+        log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
         in_txn = skip_txn = False
         txn_seq = last_commit = position
@@ -144,91 +105,86 @@ class PostgresIngest:
         next_pending_check = time.monotonic() + PENDING_CHECK_S
 
         def unhealthy(tid: int, error: HtapError) -> None:
-            log.error("%s", error)
+            log.error("%s: marked unhealthy: %s", tables[tid].qualified_name, error)
             self.store.set_state(tid, STATE_UNHEALTHY, str(error))
             buffers.pop(tid, None)
             tables.pop(tid, None)
 
-        def checkpoint(idle: bool) -> None:
+        def checkpoint(stream) -> None:
             nonlocal position, buffered, next_flush
             safe = max(position, last_commit)
-            if idle and not in_txn and cur.wal_end:
-                # Every commit before the server's sent position has reached us.
-                safe = max(safe, cur.wal_end - 1)
-            deltas = [write_delta(self.cfg.warehouse, buf.table, buf.drain()) for buf in buffers.values() if len(buf)]
-            if deltas or safe > position or idle:
-                self.store.commit_checkpoint(self.source.name, deltas, safe, time.time())
-                if deltas:
-                    log.info("checkpoint at %s: %d changes in %d deltas", int_to_lsn(safe), buffered, len(deltas))
-                position = safe
-                for tid in list(tables):
-                    tables[tid] = self.store.table_by_id(tid)
+            deltas = [write_delta(self.cfg.warehouse, b.table, b.drain()) for b in buffers.values() if len(b)]
+            self.store.commit_checkpoint(self.config.name, deltas, safe, time.time(), truncations)
+            if deltas or truncations:
+                log.info("checkpoint at seq %s: %d changes in %d deltas", safe, buffered, len(deltas))
+            truncations.clear()
+            position = safe
+            for tid in list(tables):
+                tables[tid] = self.store.table_by_id(tid)
             buffered = 0
             next_flush = time.monotonic() + interval
-            # Only now is everything up to `position` durable: let the source recycle its WAL.
-            cur.send_feedback(flush_lsn=position + 1, reply=idle)
+            # Only now is everything up to `position` durable: let the source forget it.
+            stream.confirm(position)
 
-        try:
+        with self.source.stream(position, list(tables.values())) as stream:
             while True:
-                msg = cur.read_message()
                 now = time.monotonic()
-                if msg is None:
-                    if not in_txn and (now >= next_flush or self.stop.is_set()):
-                        checkpoint(idle=True)
+                if not in_txn:
                     if self.stop.is_set():
+                        checkpoint(stream)
                         return
-                    if now >= next_pending_check and not in_txn:
+                    if now >= next_flush:
+                        checkpoint(stream)
+                        stream.request_progress()
+                    if now >= next_pending_check:
                         next_pending_check = now + PENDING_CHECK_S
-                        if any(t.state == STATE_PENDING for t in self.store.list_tables(self.source.name)):
-                            checkpoint(idle=False)
+                        if any(t.state == STATE_PENDING for t in self.store.list_tables(self.config.name)):
+                            checkpoint(stream)
                             return
-                    select.select([repl], [], [], max(0.0, min(next_flush, next_pending_check) - now))
+                event = stream.poll(max(0.0, min(next_flush, next_pending_check) - now) if not in_txn else 1.0)
+                if event is None:
                     continue
-                m = pgoutput.decode(msg.payload)
-                if isinstance(m, pgoutput.Begin):
-                    in_txn, txn_seq = True, m.commit_lsn
-                    skip_txn = txn_seq <= position
-                elif isinstance(m, pgoutput.Commit):
-                    in_txn = False
-                    last_commit = max(last_commit, m.commit_lsn)
-                    if buffered >= self.cfg.flush_max_changes or now >= next_flush:
-                        checkpoint(idle=False)
-                elif isinstance(m, pgoutput.Relation):
-                    tid = by_name.get((m.schema, m.name))
-                    relations[m.relid] = tid
-                    if tid in buffers:
-                        try:
-                            buffers[tid].set_relation(m.columns)
-                        except SchemaChanged as e:
-                            unhealthy(tid, e)
-                elif isinstance(m, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
-                    tid = relations.get(m.relid)
+                if isinstance(event, RowChange):
+                    tid = by_name.get((event.schema, event.table))
                     if skip_txn or tid not in buffers or txn_seq <= (tables[tid].copy_seq or 0):
                         continue
                     buf = buffers[tid]
                     try:
-                        if isinstance(m, pgoutput.Delete):
-                            buf.delete(m.old, txn_seq)
-                        elif isinstance(m, pgoutput.Insert):
-                            buf.upsert(m.new, txn_seq)
+                        if event.op == "delete":
+                            buf.delete(event.values, txn_seq)
                         else:
-                            if m.old is not None and buf.key_of(m.old) != buf.key_of(m.new):
-                                buf.delete(m.old, txn_seq)  # the key itself changed
-                            buf.upsert(m.new, txn_seq)
-                    except PartialRowUnsupported as e:
+                            if event.old is not None and buf.key_of(event.old) != buf.key_of(event.values):
+                                buf.delete(event.old, txn_seq)  # the key itself changed
+                            buf.upsert(event.values, txn_seq)
+                    except SchemaChanged as e:
                         unhealthy(tid, e)
                         continue
                     buffered += 1
-                elif isinstance(m, pgoutput.Truncate):
-                    for relid in m.relids:
-                        tid = relations.get(relid)
+                elif isinstance(event, Begin):
+                    in_txn, txn_seq = True, event.seq
+                    skip_txn = txn_seq <= position
+                elif isinstance(event, Commit):
+                    in_txn = False
+                    last_commit = max(last_commit, event.seq)
+                    if buffered >= self.cfg.flush_max_changes:
+                        checkpoint(stream)
+                elif isinstance(event, Progress):
+                    if not in_txn:
+                        last_commit = max(last_commit, event.seq)
+                elif isinstance(event, Relation):
+                    tid = by_name.get((event.schema, event.table))
+                    if tid in buffers:
+                        try:
+                            buffers[tid].check_columns(event.columns)
+                        except SchemaChanged as e:
+                            unhealthy(tid, e)
+                elif isinstance(event, Truncate):
+                    for schema, name in event.tables:
+                        tid = by_name.get((schema, name))
                         if tid in buffers and not skip_txn and txn_seq > (tables[tid].copy_seq or 0):
-                            unhealthy(tid, SourceError(f"{tables[tid].qualified_name} was truncated in the source; "
-                                                       "TRUNCATE is not replicated yet: re-add the table"))
-        except psycopg2.Error as e:
-            raise SourceError(f"replication stream of source {self.source.name} failed: {e}") from e
-        finally:
-            repl.close()
+                            buffers[tid].truncate()
+                            truncations.append((tid, txn_seq))
+                            log.info("%s.%s truncated at seq %s", schema, name, txn_seq)
 
 
 def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
@@ -237,7 +193,7 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
     def run_source(source: SourceConfig) -> None:
         while not stop.is_set():
             try:
-                PostgresIngest(cfg, source, stop).run()
+                SourceIngest(cfg, source, stop).run()
             except HtapError as e:
                 log.error("source %s: %s (retrying in %.0f s)", source.name, e, retry_s)
                 stop.wait(retry_s)
