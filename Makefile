@@ -17,6 +17,7 @@ setup: $(BIN)/.deps
 # spark-htap is installed as a regular (not editable) package: Spark discovers the `htap` data
 # source by scanning site-packages for `pyspark_*` modules, which editable installs hide.
 install: setup
+	@rm -rf build  # setuptools reuses build/lib, which would ship deleted modules
 	@$(BIN)/pip install -q --no-deps --force-reinstall . > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 
 demo: install

@@ -24,9 +24,16 @@ DEFAULT_CONFIG_FILE = "htap.toml"
 # key -> (default, description). One place for every replica setting.
 REPLICA_KEYS: dict[str, tuple[object, str]] = {
     "warehouse": ("warehouse", "folder holding the Parquet deltas (relative to the config file)"),
-    "metadata": ("", "SQLite file of the metadata store; default <warehouse>/metadata.db"),
+    "metadata": ("", "metadata store: a SQLite file (default <warehouse>/metadata.db) or a postgresql:// URL"),
     "flush_interval_s": (0.5, "seconds between checkpoints that turn buffered changes into deltas"),
     "flush_max_changes": (200_000, "buffered changes that force a checkpoint before the interval"),
+    "partition_rows": (1_000_000, "target rows per range partition, chosen at the initial copy"),
+    "window_s": (36_000.0, "queryable window: how far back (seconds) reads and time travel can go"),
+    "pin_ttl_s": (3_600.0, "how long a query's snapshot pin keeps compacted-away deltas on disk"),
+    "compaction_interval_s": (5.0, "seconds between compaction passes of the service (0 disables)"),
+    "compaction_min_bytes": (4 << 20, "size limit of the smallest compaction tier"),
+    "compaction_ratio": (4.0, "growth of the size limit from one tier to the next"),
+    "max_deltas": (12, "deltas per partition above which all of them are merged"),
 }
 SOURCE_KEYS: dict[str, tuple[object, str]] = {
     "kind": ("postgres", "source kind: postgres"),
@@ -50,9 +57,16 @@ class SourceConfig:
 class HtapConfig:
     path: Path
     warehouse: Path
-    metadata: Path
+    metadata: Path | str  # SQLite file, or a postgresql:// URL
     flush_interval_s: float
     flush_max_changes: int
+    partition_rows: int = 1_000_000
+    window_s: float = 36_000.0
+    pin_ttl_s: float = 3_600.0
+    compaction_interval_s: float = 5.0
+    compaction_min_bytes: int = 4 << 20
+    compaction_ratio: float = 4.0
+    max_deltas: int = 12
     sources: dict[str, SourceConfig] = field(default_factory=dict)
 
     def source(self, name: str | None = None) -> SourceConfig:
@@ -98,12 +112,21 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     values = {k: replica.get(k, default) for k, (default, _) in REPLICA_KEYS.items()}
     base = path.parent
     warehouse = (base / str(values["warehouse"])).resolve()
-    metadata = (base / str(values["metadata"])).resolve() if values["metadata"] else warehouse / "metadata.db"
-    try:
-        flush_interval = float(values["flush_interval_s"])
-        flush_max = int(values["flush_max_changes"])
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: replica.flush_interval_s / flush_max_changes must be numbers: {e}") from e
+    from htap.replica.metadata import is_postgres_location
+
+    if not values["metadata"]:
+        metadata: Path | str = warehouse / "metadata.db"
+    elif is_postgres_location(values["metadata"]):
+        metadata = str(values["metadata"])
+    else:
+        metadata = (base / str(values["metadata"])).resolve()
+    numbers = {}
+    for key, (default, _) in REPLICA_KEYS.items():
+        if isinstance(default, (int, float)):
+            try:
+                numbers[key] = type(default)(values[key])
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{path}: replica.{key} must be a number, got {values[key]!r}") from e
     sources = {}
     for name, sraw in raw.get("sources", {}).items():
         if not isinstance(sraw, dict):
@@ -125,9 +148,8 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         path=path,
         warehouse=warehouse,
         metadata=metadata,
-        flush_interval_s=flush_interval,
-        flush_max_changes=flush_max,
         sources=sources,
+        **numbers,
     )
 
 

@@ -36,17 +36,18 @@ def current_rows(cfg: HtapConfig, store: MetadataStore, table: TableInfo) -> int
     from htap.rewrite.subplan import Aggregate, PushedSubplan
     import pyarrow as pa
 
-    from htap.replica.snapshot import plan_read
+    from htap.replica.snapshot import pin_and_plan
 
-    plan = plan_read(store, table, table.max_safe_seq)
     out = pa.schema([pa.field("n", pa.int64())])
-    batches = list(
-        read_replica(
+    count = PushedSubplan(aggregates=(Aggregate("count_star"),))
+    total = 0
+    for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
+        for batch in read_replica(
             cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), list(plan.delta_paths),
-            plan.seq, PushedSubplan(aggregates=(Aggregate("count_star"),)), out, floor=plan.floor, partial=plan.partial,
-        )
-    )
-    return sum(b.column(0)[0].as_py() for b in batches if b.num_rows)
+            plan.seq, count, out, floor=plan.floor, partial=plan.partial,
+        ):
+            total += batch.column(0)[0].as_py() if batch.num_rows else 0
+    return total
 
 
 def table_statuses(cfg: HtapConfig) -> list[TableStatus]:

@@ -24,7 +24,9 @@ OPTION_CONFIG = "config"
 OPTION_SOURCE = "source"
 OPTION_TABLE = "table"
 OPTION_PUSHED = "pushed"
-OPTIONS = (OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED)
+OPTION_AS_OF_SEQ = "as_of_seq"  # FOR VERSION AS OF <seq>
+OPTION_AS_OF_TIME = "as_of_time"  # FOR TIMESTAMP AS OF: Unix seconds
+OPTIONS = (OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME)
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class ScanOptions:
     schema: str
     table: str
     pushed: str | None
+    as_of_seq: int | None = None
+    as_of_time: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ScanOptions":
@@ -47,7 +51,14 @@ class ScanOptions:
         if not qualified or "." not in qualified:
             raise ConfigError("option `table` must name an HTAP table as <schema>.<table>")
         schema, table = qualified.split(".", 1)
-        return cls(opts.get(OPTION_CONFIG), opts.get(OPTION_SOURCE), schema, table, opts.get(OPTION_PUSHED))
+        try:
+            as_of_seq = int(opts[OPTION_AS_OF_SEQ]) if opts.get(OPTION_AS_OF_SEQ) else None
+            as_of_time = float(opts[OPTION_AS_OF_TIME]) if opts.get(OPTION_AS_OF_TIME) else None
+        except ValueError as e:
+            raise ConfigError(f"time travel: {e}; VERSION AS OF takes a seq (an integer)") from e
+        return cls(
+            opts.get(OPTION_CONFIG), opts.get(OPTION_SOURCE), schema, table, opts.get(OPTION_PUSHED), as_of_seq, as_of_time
+        )
 
 
 def _open(opts: ScanOptions):
@@ -95,6 +106,7 @@ class HtapDataSource(DataSource):
 
 class HtapReader(DataSourceReader):
     def __init__(self, opts: ScanOptions, schema: StructType):
+        from htap.replica.snapshot import pin_and_plan, seq_for_time
         from htap.rewrite.subplan import PushedSubplan
 
         cfg, store, table = _open(opts)
@@ -104,26 +116,32 @@ class HtapReader(DataSourceReader):
                     f"HTAP table {table.qualified_name} is not readable yet (state: {table.state}"
                     f"{'; ' + table.error if table.error else ''}); wait for `htap status` to show it streaming"
                 )
-            from htap.replica.snapshot import plan_read
-
-            seq = table.max_safe_seq
+            if opts.as_of_seq is not None:
+                seq = opts.as_of_seq
+            elif opts.as_of_time is not None:
+                seq = seq_for_time(store, table, opts.as_of_time)
+            else:
+                seq = table.max_safe_seq
             subplan = PushedSubplan.from_json(opts.pushed)
-            plan = plan_read(store, table, seq)
+            plans = pin_and_plan(store, table, seq, cfg.window_s, cfg.pin_ttl_s)
             store.record_scan(table.id, "replica", seq, subplan.to_dict())
         finally:
             store.close()
         self.schema = schema
-        self.partition = ReplicaPartition(
-            warehouse=str(cfg.warehouse),
-            table_label=f"{table.source}.{table.qualified_name}",
-            table_schema_b64=table.arrow_schema_b64,
-            key=table.key,
-            plan=plan,
-            pushed=opts.pushed,
-        )
+        self._partitions = [
+            ReplicaPartition(
+                warehouse=str(cfg.warehouse),
+                table_label=f"{table.source}.{table.qualified_name}",
+                table_schema_b64=table.arrow_schema_b64,
+                key=table.key,
+                plan=plan,
+                pushed=opts.pushed,
+            )
+            for plan in plans
+        ]
 
     def partitions(self) -> list[InputPartition]:
-        return [self.partition]
+        return list(self._partitions)
 
     def read(self, partition: ReplicaPartition) -> Iterator:
         from pathlib import Path
@@ -134,11 +152,10 @@ class HtapReader(DataSourceReader):
         from htap.replica.models import TableInfo
         from htap.rewrite.subplan import PushedSubplan
 
-        table_schema = TableInfo.decode_schema(partition.table_schema_b64)
         yield from read_replica(
             Path(partition.warehouse),
             partition.table_label,
-            table_schema,
+            TableInfo.decode_schema(partition.table_schema_b64),
             list(partition.key),
             list(partition.plan.delta_paths),
             partition.plan.seq,

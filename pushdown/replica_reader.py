@@ -30,6 +30,44 @@ def _ident(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql("duckdb")
 
 
+def latest_versions_sql(
+    source: str,
+    key: list[str],
+    all_columns: list[str],
+    columns: list[str],
+    seq: int,
+    *,
+    floor: int | None = None,
+    partial: bool = False,
+    key_filters: list[str] = (),
+) -> str:
+    """Per key, its newest version at or below `seq` (and at or above `floor`), as `columns`
+    plus _seq and _op; with `partial`, unset columns are filled from older versions."""
+    where = [f"{_ident(SEQ)} <= {int(seq)}"]
+    if floor is not None:
+        where.append(f"{_ident(SEQ)} >= {int(floor)}")  # a truncation hides everything older
+    where += list(key_filters)
+    partition = ", ".join(_ident(k) for k in key)
+    newest_first = f"PARTITION BY {partition} ORDER BY {_ident(SEQ)} DESC"
+    cols = []
+    for c in columns:
+        if not partial or c in key:
+            cols.append(_ident(c))
+            continue
+        # The value in the newest version that carried it; the struct keeps a carried NULL
+        # apart from "not carried".
+        bit = all_columns.index(c)
+        carried = f"CASE WHEN ({_ident(UNSET_MASK)} >> {bit}) & 1 = 0 THEN struct_pack(v := {_ident(c)}) END"
+        cols.append(
+            f"(first_value({carried} IGNORE NULLS) OVER ({newest_first}"
+            f" ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)).v AS {_ident(c)}"
+        )
+    return (
+        f"SELECT {', '.join(cols)}, {_ident(SEQ)}, {_ident(OP)} FROM {source} WHERE {' AND '.join(where)} "
+        f"QUALIFY row_number() OVER ({newest_first}) = 1"
+    )
+
+
 def replica_sql(
     source: str,
     key: list[str],
@@ -45,35 +83,12 @@ def replica_sql(
     needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
     row_filters = [f for f in subplan.filters if f not in key_filters]
-    where = [f"{_ident(SEQ)} <= {int(seq)}"]
-    if floor is not None:
-        where.append(f"{_ident(SEQ)} >= {int(floor)}")  # a truncation hides everything older
-    where += [render.predicate(f).sql("duckdb") for f in key_filters]
-    partition = ", ".join(_ident(k) for k in key)
-    newest_first = f"PARTITION BY {partition} ORDER BY {_ident(SEQ)} DESC"
-    if partial:
-        # Each non-key column: its value in the newest version that carried it. Wrapping it in
-        # a struct keeps a carried NULL apart from "not carried".
-        cols = []
-        for c in needed:
-            if c in key:
-                cols.append(_ident(c))
-                continue
-            bit = all_columns.index(c)
-            carried = f"CASE WHEN ({_ident(UNSET_MASK)} >> {bit}) & 1 = 0 THEN struct_pack(v := {_ident(c)}) END"
-            cols.append(
-                f"(first_value({carried} IGNORE NULLS) OVER (PARTITION BY {partition} ORDER BY {_ident(SEQ)} DESC"
-                f" ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)).v AS {_ident(c)}"
-            )
-        latest = (
-            f"SELECT {', '.join(cols)}, {_ident(OP)} FROM {source} WHERE {' AND '.join(where)} "
-            f"QUALIFY row_number() OVER ({newest_first}) = 1"
-        )
-    else:
-        cols = ", ".join(_ident(c) for c in [*needed, OP])
-        latest = f"SELECT {cols} FROM {source} WHERE {' AND '.join(where)} QUALIFY row_number() OVER ({newest_first}) = 1"
+    latest = latest_versions_sql(
+        source, key, all_columns, needed, seq, floor=floor, partial=partial,
+        key_filters=[render.predicate(f).sql("duckdb") for f in key_filters],
+    )
     current = (
-        exp.select("*")
+        exp.select(*(exp.column(c, quoted=True) for c in needed))
         .from_(sqlglot.parse_one(latest, read="duckdb").subquery("latest"))
         .where(exp.column(OP, quoted=True).eq(OP_UPSERT))
     )
@@ -81,6 +96,10 @@ def replica_sql(
         columns=subplan.columns, filters=tuple(row_filters), group_by=subplan.group_by, aggregates=subplan.aggregates
     )
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
+
+
+def parquet_source(files: list[str]) -> str:
+    return "read_parquet([" + ", ".join(exp.Literal.string(f).sql("duckdb") for f in files) + "])"
 
 
 def read_replica(
@@ -104,7 +123,7 @@ def read_replica(
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     if files:
-        source = "read_parquet([" + ", ".join(exp.Literal.string(f).sql("duckdb") for f in files) + "])"
+        source = parquet_source(files)
     else:
         con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
         source = "__no_deltas"

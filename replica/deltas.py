@@ -46,7 +46,7 @@ def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
         con.close()
 
 
-def write_delta(warehouse: Path, table: TableInfo, data: pa.Table) -> NewDelta:
+def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0) -> NewDelta:
     """Write `data` (table columns, _seq, _op, optionally _unset and _ord) as one durable delta file.
 
     With `_ord`, versions are first sorted and collapsed per (key, seq); without it the caller
@@ -59,7 +59,7 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table) -> NewDelta:
     target = delta_schema(table.arrow_schema)
     data = data.select(target.names).cast(target)
     seqs = data.column(SEQ)
-    rel = f"{table_dir(table)}/{uuid.uuid4().hex}.parquet"
+    rel = f"{table_dir(table)}/p{part:04d}/{uuid.uuid4().hex}.parquet"
     path = warehouse / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".parquet.tmp")
@@ -77,6 +77,7 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table) -> NewDelta:
         rows=data.num_rows,
         bytes=path.stat().st_size,
         partial_rows=partial,
+        part=part,
     )
 
 
@@ -86,3 +87,11 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_partitioned(warehouse: Path, table: TableInfo, data: pa.Table) -> list[NewDelta]:
+    """One delta per partition that `data` touches."""
+    from htap.replica.partitions import decode_bounds, split_by_partition
+
+    splits = decode_bounds(table.partition_bounds_b64)
+    return [write_delta(warehouse, table, rows, part) for part, rows in split_by_partition(data, table.key[0], splits)]

@@ -1,14 +1,22 @@
-"""The metadata store: HTAP tables, their deltas, safe seqs and the sources' CDC positions.
+"""The metadata store: HTAP tables, partitions, deltas, safe seqs, CDC positions, pins.
 
-SQLite in WAL mode is the embedded default. Every change that makes data visible is one
-transaction: the deltas a checkpoint wrote, the new max safe seq of every table of the source and
-the source's durable CDC position commit together, so a reader never sees a delta without its
-safe seq (or the reverse) and a restart resumes exactly after the last durable checkpoint.
+One repository class over two backends: SQLite in WAL mode (the embedded default) and Postgres
+(for a shared, multi-node deployment). The SQL is written once with `?` placeholders and
+`ON CONFLICT` clauses both understand; only the DDL's types and the way a write transaction
+is serialized differ (SQLite: BEGIN IMMEDIATE; Postgres: an advisory transaction lock).
+
+Every change that makes data visible is one transaction: the deltas a checkpoint wrote, the new
+max safe seq of every table of the source and the source's durable CDC position commit
+together, so a reader never sees a delta without its safe seq (or the reverse) and a restart
+resumes exactly after the last durable checkpoint. Compaction replaces a delta set with one
+guarded transaction (compare-and-swap on the inputs still being live).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -16,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from htap.errors import NoSuchTableError, ReplicaError, TableError
+from htap.errors import ConfigError, NoSuchTableError, ReplicaError, TableError
 from htap.replica.models import (
     STATE_CATCHING_UP,
     STATE_COPYING,
@@ -27,59 +35,42 @@ from htap.replica.models import (
     TableInfo,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sources (
-  name TEXT PRIMARY KEY,
-  position INTEGER,            -- durable CDC position: every change up to it is in the replica
-  position_time REAL,
-  updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tables (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  source TEXT NOT NULL,
-  schema_name TEXT NOT NULL,
-  table_name TEXT NOT NULL,
-  columns_json TEXT NOT NULL,
-  key_json TEXT NOT NULL,
-  arrow_schema TEXT NOT NULL,
-  state TEXT NOT NULL,
-  copy_seq INTEGER,
-  max_safe_seq INTEGER,
-  max_safe_time REAL,
-  error TEXT,
-  created_at REAL NOT NULL,
-  UNIQUE (source, schema_name, table_name)
-);
-CREATE TABLE IF NOT EXISTS deltas (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  table_id INTEGER NOT NULL REFERENCES tables(id),
-  path TEXT NOT NULL UNIQUE,
-  min_seq INTEGER NOT NULL,
-  max_seq INTEGER NOT NULL,
-  rows INTEGER NOT NULL,
-  bytes INTEGER NOT NULL,
-  partial_rows INTEGER NOT NULL DEFAULT 0,
-  created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS truncations (
-  table_id INTEGER NOT NULL REFERENCES tables(id),
-  seq INTEGER NOT NULL,           -- every version below it is gone (the same transaction may add rows)
-  PRIMARY KEY (table_id, seq)
-);
-CREATE INDEX IF NOT EXISTS deltas_by_table ON deltas (table_id, max_seq);
-CREATE TABLE IF NOT EXISTS scans (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  table_id INTEGER NOT NULL,
-  at REAL NOT NULL,
-  route TEXT NOT NULL,         -- 'replica' or 'source'
-  seq INTEGER,
-  pushed_json TEXT NOT NULL,
-  reason TEXT
-);
-"""
+_TABLES = [
+    ("meta", "key TEXT PRIMARY KEY, value TEXT NOT NULL"),
+    ("sources", "name TEXT PRIMARY KEY, position {int}, position_time {real}, updated_at {real} NOT NULL"),
+    (
+        "tables",
+        "id {serial}, source TEXT NOT NULL, schema_name TEXT NOT NULL, table_name TEXT NOT NULL,"
+        " columns_json TEXT NOT NULL, key_json TEXT NOT NULL, arrow_schema TEXT NOT NULL, state TEXT NOT NULL,"
+        " copy_seq {int}, max_safe_seq {int}, max_safe_time {real}, error TEXT, partition_bounds TEXT,"
+        " failover {int} NOT NULL DEFAULT 0, created_at {real} NOT NULL, UNIQUE (source, schema_name, table_name)",
+    ),
+    (
+        "deltas",
+        "id {serial}, table_id {int} NOT NULL, part {int} NOT NULL DEFAULT 0, path TEXT NOT NULL UNIQUE,"
+        " min_seq {int} NOT NULL, max_seq {int} NOT NULL, rows {int} NOT NULL, bytes {int} NOT NULL,"
+        " partial_rows {int} NOT NULL DEFAULT 0, created_at {real} NOT NULL, retired_at {real}",
+    ),
+    ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),
+    ("safe_points", "source TEXT NOT NULL, seq {int} NOT NULL, at {real} NOT NULL, PRIMARY KEY (source, seq)"),
+    (
+        "pins",
+        "id {serial}, table_id {int} NOT NULL, seq {int} NOT NULL, holder TEXT NOT NULL,"
+        " created_at {real} NOT NULL, expires_at {real} NOT NULL",
+    ),
+    (
+        "scans",
+        "id {serial}, table_id {int} NOT NULL, at {real} NOT NULL, route TEXT NOT NULL, seq {int},"
+        " pushed_json TEXT NOT NULL, reason TEXT",
+    ),
+]
+_INDEXES = [
+    "CREATE INDEX IF NOT EXISTS deltas_by_table ON deltas (table_id, part, max_seq)",
+    "CREATE INDEX IF NOT EXISTS safe_points_by_time ON safe_points (source, at)",
+]
 
 
 @dataclass(frozen=True)
@@ -91,6 +82,7 @@ class NewDelta:
     rows: int
     bytes: int
     partial_rows: int = 0
+    part: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,67 +95,197 @@ class ScanRecord:
     reason: str | None
 
 
-class MetadataStore:
-    """Repository over the SQLite metadata database. Cheap to open; one per thread or process."""
+@dataclass(frozen=True)
+class Pin:
+    id: int
+    table_id: int
+    seq: int
+    holder: str
+    created_at: float
+    expires_at: float
 
-    def __init__(self, path: str | Path, *, create: bool = False):
-        self.path = Path(path)
-        if not create and not self.path.is_file():
-            raise ReplicaError(f"no metadata store at {self.path}: run `htap init` first")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
+
+def holder_id() -> str:
+    """Who holds a pin: host and process (a pin of a dead holder simply expires)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class _Backend:
+    """What differs between SQLite and Postgres."""
+
+    int_type = "INTEGER"
+    real_type = "REAL"
+    serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
+
+    def execute(self, sql: str, params=()):
+        raise NotImplementedError
+
+    def begin(self) -> None:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        self.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.execute("ROLLBACK")
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def ddl(self) -> list[str]:
+        types = {"int": self.int_type, "real": self.real_type, "serial": self.serial}
+        return [f"CREATE TABLE IF NOT EXISTS {name} ({cols.format(**types)})" for name, cols in _TABLES] + _INDEXES
+
+
+class _SQLite(_Backend):
+    def __init__(self, path: Path):
+        self.path = path
+        self.conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+
+    def execute(self, sql: str, params=()):
+        return self.conn.execute(sql, params)
+
+    def begin(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")  # writers queue here instead of failing later
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _Postgres(_Backend):
+    int_type = "BIGINT"
+    real_type = "DOUBLE PRECISION"
+    serial = "BIGSERIAL PRIMARY KEY"
+    LOCK_KEY = 0x6874617021  # serializes writers of one store, like SQLite's single writer
+
+    def __init__(self, dsn: str):
+        import psycopg2
+
+        try:
+            self.conn = psycopg2.connect(dsn)
+        except psycopg2.OperationalError as e:
+            raise ConfigError(f"cannot connect to the metadata store at {dsn}: {str(e).strip().splitlines()[0]}") from e
+        self.conn.autocommit = True
+
+    def execute(self, sql: str, params=()):
+        cur = self.conn.cursor()
+        cur.execute(sql.replace("?", "%s"), tuple(params))
+        return cur
+
+    def begin(self) -> None:
+        self.execute("BEGIN")
+        self.execute("SELECT pg_advisory_xact_lock(?)", (self.LOCK_KEY,))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def is_postgres_location(location: str | Path) -> bool:
+    return str(location).startswith(("postgresql://", "postgres://"))
+
+
+class MetadataStore:
+    """Repository over the metadata database. Cheap to open; one per thread or process."""
+
+    def __init__(self, location: str | Path, *, create: bool = False):
+        self.location = str(location)
+        if is_postgres_location(location):
+            self._db: _Backend = _Postgres(self.location)
+        else:
+            path = Path(location)
+            if not create and not path.is_file():
+                raise ReplicaError(f"no metadata store at {path}: run `htap init` first")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = _SQLite(path)
         if create:
-            self._conn.executescript(_DDL)
-            self._conn.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            with self._tx():
+                for statement in self._db.ddl():
+                    self._db.execute(statement)
+                self._db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
+                    (str(SCHEMA_VERSION),),
+                )
+        else:
+            self._check_version()
+
+    def _check_version(self) -> None:
+        try:
+            row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
+        except Exception as e:  # noqa: BLE001 - any backend error here means "not a store"
+            raise ReplicaError(f"{self.location} is not a spark-htap metadata store: run `htap init`") from e
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            found = None if row is None else row[0]
+            raise ReplicaError(
+                f"metadata store {self.location} has schema version {found}, this spark-htap needs {SCHEMA_VERSION}: "
+                f"re-create it with `htap init --force` and re-add the tables"
             )
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
+
+    def __enter__(self) -> "MetadataStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken up front so concurrent writers queue instead of failing."""
-        self._conn.execute("BEGIN IMMEDIATE")
+    def _tx(self) -> Iterator[None]:
+        self._db.begin()
         try:
-            yield self._conn
+            yield
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._db.rollback()
             raise
-        self._conn.execute("COMMIT")
+        self._db.commit()
+
+    def _x(self, sql: str, params=()):
+        return self._db.execute(sql, params)
+
+    def _one(self, sql: str, params=()):
+        return self._x(sql, params).fetchone()
+
+    def _all(self, sql: str, params=()) -> list:
+        return self._x(sql, params).fetchall()
 
     # --- tables -------------------------------------------------------------------------------
+
+    _TABLE_COLUMNS = (
+        "id, source, schema_name, table_name, columns_json, key_json, arrow_schema, state, copy_seq,"
+        " max_safe_seq, max_safe_time, error, partition_bounds, failover"
+    )
 
     def add_table(
         self, source: str, schema: str, name: str, columns: list[Column], key: list[str], arrow_schema: str
     ) -> TableInfo:
-        with self._tx() as c:
-            try:
-                c.execute(
-                    "INSERT INTO tables (source, schema_name, table_name, columns_json, key_json, arrow_schema,"
-                    " state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        source,
-                        schema,
-                        name,
-                        json.dumps([[col.name, col.source_type, col.nullable] for col in columns]),
-                        json.dumps(key),
-                        arrow_schema,
-                        STATE_PENDING,
-                        time.time(),
-                    ),
-                )
-            except sqlite3.IntegrityError as e:
-                raise TableError(f"{schema}.{name} is already an HTAP table of source {source!r}") from e
+        with self._tx():
+            if self._one(
+                "SELECT 1 FROM tables WHERE source = ? AND schema_name = ? AND table_name = ?", (source, schema, name)
+            ):
+                raise TableError(f"{schema}.{name} is already an HTAP table of source {source!r}")
+            self._x(
+                "INSERT INTO tables (source, schema_name, table_name, columns_json, key_json, arrow_schema,"
+                " state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    source,
+                    schema,
+                    name,
+                    json.dumps([[col.name, col.source_type, col.nullable] for col in columns]),
+                    json.dumps(key),
+                    arrow_schema,
+                    STATE_PENDING,
+                    time.time(),
+                ),
+            )
         return self.get_table(source, schema, name)
 
     def get_table(self, source: str, schema: str, name: str) -> TableInfo:
-        row = self._conn.execute(
-            "SELECT * FROM tables WHERE source = ? AND schema_name = ? AND table_name = ?", (source, schema, name)
-        ).fetchone()
+        row = self._one(
+            f"SELECT {self._TABLE_COLUMNS} FROM tables WHERE source = ? AND schema_name = ? AND table_name = ?",
+            (source, schema, name),
+        )
         if row is None:
             known = ", ".join(t.qualified_name for t in self.list_tables(source)) or "none"
             raise NoSuchTableError(
@@ -173,65 +295,71 @@ class MetadataStore:
         return self._table(row)
 
     def table_by_id(self, table_id: int) -> TableInfo:
-        row = self._conn.execute("SELECT * FROM tables WHERE id = ?", (table_id,)).fetchone()
+        row = self._one(f"SELECT {self._TABLE_COLUMNS} FROM tables WHERE id = ?", (table_id,))
         if row is None:
             raise NoSuchTableError(f"no HTAP table with id {table_id}")
         return self._table(row)
 
     def list_tables(self, source: str | None = None) -> list[TableInfo]:
         if source is None:
-            rows = self._conn.execute("SELECT * FROM tables ORDER BY id").fetchall()
+            rows = self._all(f"SELECT {self._TABLE_COLUMNS} FROM tables ORDER BY id")
         else:
-            rows = self._conn.execute("SELECT * FROM tables WHERE source = ? ORDER BY id", (source,)).fetchall()
+            rows = self._all(f"SELECT {self._TABLE_COLUMNS} FROM tables WHERE source = ? ORDER BY id", (source,))
         return [self._table(r) for r in rows]
 
-    def _table(self, row: tuple) -> TableInfo:
-        cols = [d[0] for d in self._conn.execute("SELECT * FROM tables LIMIT 0").description]
-        r = dict(zip(cols, row))
+    @staticmethod
+    def _table(r: tuple) -> TableInfo:
         return TableInfo(
-            id=r["id"],
-            source=r["source"],
-            schema=r["schema_name"],
-            name=r["table_name"],
-            columns=tuple(Column(n, t, bool(nullable)) for n, t, nullable in json.loads(r["columns_json"])),
-            key=tuple(json.loads(r["key_json"])),
-            arrow_schema_b64=r["arrow_schema"],
-            state=r["state"],
-            copy_seq=r["copy_seq"],
-            max_safe_seq=r["max_safe_seq"],
-            max_safe_time=r["max_safe_time"],
-            error=r["error"],
+            id=r[0],
+            source=r[1],
+            schema=r[2],
+            name=r[3],
+            columns=tuple(Column(n, t, bool(nullable)) for n, t, nullable in json.loads(r[4])),
+            key=tuple(json.loads(r[5])),
+            arrow_schema_b64=r[6],
+            state=r[7],
+            copy_seq=r[8],
+            max_safe_seq=r[9],
+            max_safe_time=r[10],
+            error=r[11],
+            partition_bounds_b64=r[12],
+            failover=bool(r[13]),
         )
 
     def set_state(self, table_id: int, state: str, error: str | None = None) -> None:
-        with self._tx() as c:
-            c.execute("UPDATE tables SET state = ?, error = ? WHERE id = ?", (state, error, table_id))
+        with self._tx():
+            self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (state, error, table_id))
+
+    def set_failover(self, table_id: int, on: bool) -> None:
+        with self._tx():
+            self._x("UPDATE tables SET failover = ? WHERE id = ?", (1 if on else 0, table_id))
 
     def start_copy(self, table_id: int) -> list[str]:
         """Mark a table as copying and forget any deltas of an earlier, interrupted copy.
 
         Returns the paths of the forgotten delta files so the caller can delete them.
         """
-        with self._tx() as c:
-            paths = [p for (p,) in c.execute("SELECT path FROM deltas WHERE table_id = ?", (table_id,))]
-            c.execute("DELETE FROM deltas WHERE table_id = ?", (table_id,))
-            c.execute(
+        with self._tx():
+            paths = [p for (p,) in self._all("SELECT path FROM deltas WHERE table_id = ?", (table_id,))]
+            self._x("DELETE FROM deltas WHERE table_id = ?", (table_id,))
+            self._x("DELETE FROM truncations WHERE table_id = ?", (table_id,))
+            self._x(
                 "UPDATE tables SET state = ?, copy_seq = NULL, max_safe_seq = NULL, max_safe_time = NULL,"
-                " error = NULL WHERE id = ?",
+                " error = NULL, partition_bounds = NULL WHERE id = ?",
                 (STATE_COPYING, table_id),
             )
         return paths
 
-    def finish_copy(self, table_id: int, deltas: list[NewDelta], copy_seq: int) -> None:
-        """The initial copy is durable: its deltas and its seq become visible together."""
-        with self._tx() as c:
-            self._insert_deltas(c, deltas)
-            c.execute(
-                "UPDATE tables SET state = ?, copy_seq = ? WHERE id = ? AND state = ?",
-                (STATE_CATCHING_UP, copy_seq, table_id, STATE_COPYING),
+    def finish_copy(self, table_id: int, deltas: list[NewDelta], copy_seq: int, partition_bounds: str | None) -> None:
+        """The initial copy is durable: its deltas, partitions and seq become visible together."""
+        with self._tx():
+            self._insert_deltas(deltas)
+            self._x(
+                "UPDATE tables SET state = ?, copy_seq = ?, partition_bounds = ? WHERE id = ? AND state = ?",
+                (STATE_CATCHING_UP, copy_seq, partition_bounds, table_id, STATE_COPYING),
             )
 
-    # --- checkpoints --------------------------------------------------------------------------
+    # --- checkpoints and safe seqs --------------------------------------------------------------
 
     def commit_checkpoint(
         self,
@@ -246,79 +374,184 @@ class MetadataStore:
 
         Tables still catching up become readable once the stream has passed their copy seq.
         """
-        with self._tx() as c:
-            self._insert_deltas(c, deltas)
-            c.executemany("INSERT OR IGNORE INTO truncations (table_id, seq) VALUES (?, ?)", list(truncations))
-            c.execute(
+        with self._tx():
+            self._insert_deltas(deltas)
+            for table_id, seq in truncations:
+                self._x(
+                    "INSERT INTO truncations (table_id, seq) VALUES (?, ?) ON CONFLICT DO NOTHING", (table_id, seq)
+                )
+            self._x(
                 "UPDATE tables SET state = ? WHERE source = ? AND state = ? AND copy_seq <= ?",
                 (STATE_STREAMING, source, STATE_CATCHING_UP, safe_seq),
             )
-            c.execute(
+            self._x(
                 "UPDATE tables SET max_safe_seq = ?, max_safe_time = ? WHERE source = ? AND state = ?",
                 (safe_seq, safe_time, source, STATE_STREAMING),
             )
-            c.execute(
+            self._x(
                 "INSERT INTO sources (name, position, position_time, updated_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
                 " position_time = excluded.position_time, updated_at = excluded.updated_at",
                 (source, safe_seq, safe_time, time.time()),
             )
+            last = self._one("SELECT max(at) FROM safe_points WHERE source = ?", (source,))[0]
+            if last is None or safe_time - last >= SAFE_POINT_EVERY_S:
+                self._x(
+                    "INSERT INTO safe_points (source, seq, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                    (source, safe_seq, safe_time),
+                )
 
     def source_position(self, source: str) -> int | None:
-        row = self._conn.execute("SELECT position FROM sources WHERE name = ?", (source,)).fetchone()
+        row = self._one("SELECT position FROM sources WHERE name = ?", (source,))
         return None if row is None else row[0]
 
-    @staticmethod
-    def _insert_deltas(c: sqlite3.Connection, deltas: list[NewDelta]) -> None:
-        now = time.time()
-        c.executemany(
-            "INSERT INTO deltas (table_id, path, min_seq, max_seq, rows, bytes, partial_rows, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(d.table_id, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, now) for d in deltas],
-        )
+    def seq_at(self, source: str, at: float) -> int | None:
+        """The newest safe seq the source had reached at wall clock `at` (None if none yet)."""
+        row = self._one("SELECT max(seq) FROM safe_points WHERE source = ? AND at <= ?", (source, at))
+        return row[0]
 
-    def deltas(self, table_id: int) -> list[Delta]:
-        rows = self._conn.execute(
-            "SELECT id, table_id, path, min_seq, max_seq, rows, bytes, partial_rows FROM deltas"
-            " WHERE table_id = ? ORDER BY id",
-            (table_id,),
-        ).fetchall()
+    def time_of(self, source: str, seq: int) -> float | None:
+        """The wall clock at which the source's safe seq first reached `seq`."""
+        row = self._one("SELECT min(at) FROM safe_points WHERE source = ? AND seq >= ?", (source, seq))
+        return row[0]
+
+    def forget_safe_points(self, source: str, before: float) -> None:
+        with self._tx():
+            self._x("DELETE FROM safe_points WHERE source = ? AND at < ?", (source, before))
+
+    # --- deltas ---------------------------------------------------------------------------------
+
+    def _insert_deltas(self, deltas: list[NewDelta]) -> None:
+        now = time.time()
+        for d in deltas:
+            self._x(
+                "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (d.table_id, d.part, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, now),
+            )
+
+    _DELTA_COLUMNS = "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows"
+
+    def deltas(self, table_id: int, part: int | None = None) -> list[Delta]:
+        """Live deltas of a table (or of one partition), oldest first."""
+        if part is None:
+            rows = self._all(
+                f"SELECT {self._DELTA_COLUMNS} FROM deltas WHERE table_id = ? AND retired_at IS NULL ORDER BY id",
+                (table_id,),
+            )
+        else:
+            rows = self._all(
+                f"SELECT {self._DELTA_COLUMNS} FROM deltas WHERE table_id = ? AND part = ? AND retired_at IS NULL"
+                " ORDER BY id",
+                (table_id, part),
+            )
         return [Delta(*r) for r in rows]
+
+    def replace_deltas(self, table_id: int, old: list[Delta], new: list[NewDelta]) -> bool:
+        """Swap a set of live deltas for their compacted replacement, atomically.
+
+        Returns False (and changes nothing) when any input is no longer live: another compaction
+        won the race. The inputs are retired, not deleted: pinned readers may still read them.
+        """
+        with self._tx():
+            ids = [d.id for d in old]
+            marks = ",".join("?" * len(ids))
+            (live,) = self._one(
+                f"SELECT count(*) FROM deltas WHERE table_id = ? AND retired_at IS NULL AND id IN ({marks})",
+                (table_id, *ids),
+            )
+            if live != len(ids):
+                return False
+            self._x(f"UPDATE deltas SET retired_at = ? WHERE id IN ({marks})", (time.time(), *ids))
+            self._insert_deltas(new)
+        return True
 
     def truncated_at(self, table_id: int, seq: int) -> int | None:
         """The latest truncation of the table at or below `seq` (versions below it are gone)."""
-        row = self._conn.execute(
-            "SELECT max(seq) FROM truncations WHERE table_id = ? AND seq <= ?", (table_id, seq)
-        ).fetchone()
-        return row[0]
+        return self._one("SELECT max(seq) FROM truncations WHERE table_id = ? AND seq <= ?", (table_id, seq))[0]
 
     def delta_stats(self, table_id: int) -> tuple[int, int, int]:
-        """(number of deltas, row versions, bytes) of a table."""
-        n, rows, size = self._conn.execute(
-            "SELECT count(*), coalesce(sum(rows), 0), coalesce(sum(bytes), 0) FROM deltas WHERE table_id = ?",
+        """(number of live deltas, row versions, bytes) of a table."""
+        n, rows, size = self._one(
+            "SELECT count(*), coalesce(sum(rows), 0), coalesce(sum(bytes), 0) FROM deltas"
+            " WHERE table_id = ? AND retired_at IS NULL",
             (table_id,),
-        ).fetchone()
+        )
         return n, rows, size
 
-    # --- scans --------------------------------------------------------------------------------
+    # --- pins and garbage collection ------------------------------------------------------------
+
+    def pin(self, table_id: int, seq: int, ttl_s: float, holder: str | None = None) -> tuple[Pin, list[Delta]]:
+        """Pin `seq` of a table and return the live deltas at that moment, in one transaction.
+
+        While the pin lives, no delta in that list is deleted, even if compaction retires it.
+        """
+        now = time.time()
+        with self._tx():
+            deltas = [
+                Delta(*r)
+                for r in self._all(
+                    f"SELECT {self._DELTA_COLUMNS} FROM deltas WHERE table_id = ? AND retired_at IS NULL ORDER BY id",
+                    (table_id,),
+                )
+            ]
+            row = self._one(
+                "INSERT INTO pins (table_id, seq, holder, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
+                (table_id, seq, holder or holder_id(), now, now + ttl_s),
+            )
+        return Pin(row[0], table_id, seq, holder or holder_id(), now, now + ttl_s), deltas
+
+    def release_pin(self, pin_id: int) -> None:
+        with self._tx():
+            self._x("DELETE FROM pins WHERE id = ?", (pin_id,))
+
+    def live_pins(self, table_id: int | None = None) -> list[Pin]:
+        now = time.time()
+        if table_id is None:
+            rows = self._all("SELECT id, table_id, seq, holder, created_at, expires_at FROM pins WHERE expires_at > ?", (now,))
+        else:
+            rows = self._all(
+                "SELECT id, table_id, seq, holder, created_at, expires_at FROM pins WHERE table_id = ? AND expires_at > ?",
+                (table_id, now),
+            )
+        return [Pin(*r) for r in rows]
+
+    def collect_garbage(self) -> list[str]:
+        """Forget retired deltas no live pin can still read; return their paths to delete.
+
+        A retired delta is still needed by any live pin taken before it was retired. Expired
+        pins (their holder died or finished without releasing) are dropped first.
+        """
+        now = time.time()
+        with self._tx():
+            self._x("DELETE FROM pins WHERE expires_at <= ?", (now,))
+            rows = self._all(
+                "SELECT d.id, d.path FROM deltas d WHERE d.retired_at IS NOT NULL AND NOT EXISTS"
+                " (SELECT 1 FROM pins p WHERE p.table_id = d.table_id AND p.created_at <= d.retired_at)"
+            )
+            for delta_id, _ in rows:
+                self._x("DELETE FROM deltas WHERE id = ?", (delta_id,))
+        return [path for _, path in rows]
+
+    # --- scans ----------------------------------------------------------------------------------
 
     def record_scan(self, table_id: int, route: str, seq: int | None, pushed: dict, reason: str | None = None) -> None:
         """Remember what a query's scan asked for and how it was routed (shown by status tools)."""
-        with self._tx() as c:
-            c.execute(
+        with self._tx():
+            self._x(
                 "INSERT INTO scans (table_id, at, route, seq, pushed_json, reason) VALUES (?, ?, ?, ?, ?, ?)",
                 (table_id, time.time(), route, seq, json.dumps(pushed, sort_keys=True), reason),
             )
-            c.execute(
+            self._x(
                 "DELETE FROM scans WHERE table_id = ? AND id NOT IN"
                 " (SELECT id FROM scans WHERE table_id = ? ORDER BY id DESC LIMIT 100)",
                 (table_id, table_id),
             )
 
     def recent_scans(self, table_id: int, limit: int = 10) -> list[ScanRecord]:
-        rows = self._conn.execute(
+        rows = self._all(
             "SELECT table_id, at, route, seq, pushed_json, reason FROM scans WHERE table_id = ?"
             " ORDER BY id DESC LIMIT ?",
             (table_id, limit),
-        ).fetchall()
+        )
         return [ScanRecord(t, at, route, seq, json.loads(p), reason) for t, at, route, seq, p, reason in rows]

@@ -44,6 +44,8 @@ class TableInfo:
     max_safe_seq: int | None
     max_safe_time: float | None  # wall clock (epoch s) at which max_safe_seq was known current
     error: str | None
+    partition_bounds_b64: str | None = None  # split points on the first key column (Arrow IPC)
+    failover: bool = False  # reads go to the source
 
     @property
     def qualified_name(self) -> str:
@@ -81,6 +83,7 @@ class Delta:
 
     id: int
     table_id: int
+    part: int  # partition ordinal within the table
     path: str  # relative to the warehouse
     min_seq: int
     max_seq: int

@@ -11,18 +11,31 @@ of one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import shutil
 import threading
 import time
+import uuid
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from htap.conf import HtapConfig, SourceConfig
 from htap.connectors.changes import Begin, ChangeSource, Commit, Progress, Relation, RowChange, Truncate
 from htap.connectors.registry import open_source
 from htap.errors import HtapError
 from htap.replica.buffer import SchemaChanged, TableBuffer
-from htap.replica.deltas import write_delta
+from htap.replica.deltas import write_delta, write_partitioned
+from htap.replica.partitions import choose_splits, encode_bounds, partition_count
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import (
+    OP,
+    OP_UPSERT,
+    SEQ,
     STATE_CATCHING_UP,
     STATE_COPYING,
     STATE_PENDING,
@@ -61,28 +74,44 @@ class SourceIngest:
                 self.copy(table)
 
     def copy(self, table: TableInfo) -> None:
+        """Initial copy: stage the source's rows, choose partition split points, write one
+        sorted delta per partition, then make them visible with the copy seq in one step."""
         for stale in self.store.start_copy(table.id):
             (self.cfg.warehouse / stale).unlink(missing_ok=True)
-        copy_seq, chunks = self.source.initial_copy(table, self.cfg.warehouse / "_tmp")
-        log.info("copying %s at seq %s", table.qualified_name, copy_seq)
-        import pyarrow as pa
-
-        from htap.replica.models import OP, OP_UPSERT, ORD, SEQ
-
-        deltas, rows, started = [], 0, time.monotonic()
-        for chunk in chunks:
-            n = chunk.num_rows
-            data = (
-                chunk.append_column(SEQ, pa.array([copy_seq] * n, pa.int64()))
-                .append_column(OP, pa.array([OP_UPSERT] * n, pa.int8()))
-                .append_column(ORD, pa.array(range(n), pa.int64()))
+        stage = self.cfg.warehouse / "_tmp" / f"copy-{table.id}-{uuid.uuid4().hex[:8]}"
+        stage.mkdir(parents=True)
+        try:
+            copy_seq, chunks = self.source.initial_copy(table, stage)
+            log.info("copying %s at seq %s", table.qualified_name, copy_seq)
+            rows, started = 0, time.monotonic()
+            for i, chunk in enumerate(chunks):
+                pq.write_table(chunk, stage / f"chunk-{i:06d}.parquet")
+                rows += chunk.num_rows
+                elapsed = max(time.monotonic() - started, 1e-6)
+                log.info("copying %s: %d rows (%.0f rows/s)", table.qualified_name, rows, rows / elapsed)
+            staged = ds.dataset(sorted(str(p) for p in stage.glob("chunk-*.parquet")), schema=table.arrow_schema)
+            con = duckdb.connect()
+            con.register("staged", staged)
+            splits = choose_splits(con, "staged", table.key[0], rows, self.cfg.partition_rows) if rows else None
+            con.close()
+            bounds = encode_bounds(splits) if splits is not None else None
+            table = dataclasses.replace(table, partition_bounds_b64=bounds)
+            deltas = []
+            for part in range(partition_count(splits)):
+                data = staged.to_table(filter=_partition_filter(table.key[0], splits, part))
+                if not data.num_rows:
+                    continue
+                data = data.sort_by([(k, "ascending") for k in table.key])
+                data = data.append_column(SEQ, pa.array(np.full(data.num_rows, copy_seq, dtype=np.int64)))
+                data = data.append_column(OP, pa.array(np.full(data.num_rows, OP_UPSERT, dtype=np.int8)))
+                deltas.append(write_delta(self.cfg.warehouse, table, data, part))
+            self.store.finish_copy(table.id, deltas, copy_seq, bounds)
+            log.info(
+                "copied %s: %d rows into %d partitions; catching up from seq %s",
+                table.qualified_name, rows, partition_count(splits), copy_seq,
             )
-            deltas.append(write_delta(self.cfg.warehouse, table, data))
-            rows += n
-            elapsed = max(time.monotonic() - started, 1e-6)
-            log.info("copying %s: %d rows (%.0f rows/s)", table.qualified_name, rows, rows / elapsed)
-        self.store.finish_copy(table.id, deltas, copy_seq)
-        log.info("copied %s: %d rows in %d deltas; catching up from seq %s", table.qualified_name, rows, len(deltas), copy_seq)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
 
     # --- streaming ----------------------------------------------------------------------------
 
@@ -113,7 +142,7 @@ class SourceIngest:
         def checkpoint(stream) -> None:
             nonlocal position, buffered, next_flush
             safe = max(position, last_commit)
-            deltas = [write_delta(self.cfg.warehouse, b.table, b.drain()) for b in buffers.values() if len(b)]
+            deltas = [d for b in buffers.values() if len(b) for d in write_partitioned(self.cfg.warehouse, b.table, b.drain())]
             self.store.commit_checkpoint(self.config.name, deltas, safe, time.time(), truncations)
             if deltas or truncations:
                 log.info("checkpoint at seq %s: %d changes in %d deltas", safe, buffered, len(deltas))
@@ -187,6 +216,19 @@ class SourceIngest:
                             log.info("%s.%s truncated at seq %s", schema, name, txn_seq)
 
 
+def _partition_filter(key0: str, splits: pa.Array | None, part: int):
+    """A pyarrow.dataset filter selecting partition `part`'s key range."""
+    field = ds.field(key0)
+    conditions = []
+    if splits is not None and part > 0:
+        conditions.append(field >= splits[part - 1].as_py())
+    if splits is not None and part < len(splits):
+        conditions.append(field < splits[part].as_py())
+    if not conditions:
+        return None
+    return conditions[0] if len(conditions) == 1 else conditions[0] & conditions[1]
+
+
 def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
     """Run the ingest of every configured source until `stop`; retry a source that fails."""
 
@@ -198,7 +240,10 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
                 log.error("source %s: %s (retrying in %.0f s)", source.name, e, retry_s)
                 stop.wait(retry_s)
 
+    from htap.replica.compaction import compaction_loop
+
     threads = [threading.Thread(target=run_source, args=(s,), name=f"ingest-{s.name}") for s in cfg.sources.values()]
+    threads.append(threading.Thread(target=compaction_loop, args=(cfg, stop), name="compaction"))
     for t in threads:
         t.start()
     for t in threads:

@@ -1,28 +1,92 @@
-"""Which deltas a read at one seq needs: the read plan a query's snapshot resolves to."""
+"""Snapshots: which seqs of a table are readable, and which deltas a read at one seq needs.
+
+The queryable window of a table is [min safe seq, max safe seq]: the max safe seq is the
+newest seq all of whose changes are durable; the min safe seq is the seq the source had reached
+`window_s` ago (never below the initial copy). Reads inside the window are exact. A read pins
+its seq and the deltas it will read in one metadata transaction, so compaction and garbage
+collection cannot delete a file under it; pins expire after `pin_ttl_s`.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from htap.replica.metadata import MetadataStore
+from htap.errors import ReplicaError
+from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import TableInfo
+
+
+class OutsideWindow(ReplicaError):
+    """The asked-for seq is not inside the table's queryable window."""
+
+
+@dataclass(frozen=True)
+class Window:
+    min_seq: int
+    max_seq: int
 
 
 @dataclass(frozen=True)
 class ReadPlan:
+    """What one partition read at one seq needs."""
+
+    part: int
     seq: int
     delta_paths: tuple[str, ...]
     floor: int | None  # versions below it were truncated away
     partial: bool  # some version lacks columns (partial update): reads must fill them
 
 
-def plan_read(store: MetadataStore, table: TableInfo, seq: int) -> ReadPlan:
-    """Deltas that can hold a version visible at `seq`, pruned by seq range and truncation."""
-    floor = store.truncated_at(table.id, seq)
-    deltas = [d for d in store.deltas(table.id) if d.min_seq <= seq and (floor is None or d.max_seq >= floor)]
-    return ReadPlan(
-        seq=seq,
-        delta_paths=tuple(d.path for d in deltas),
-        floor=floor,
-        partial=any(d.partial_rows for d in deltas),
-    )
+def queryable_window(store: MetadataStore, table: TableInfo, window_s: float, now: float | None = None) -> Window | None:
+    if not table.readable:
+        return None
+    now = time.time() if now is None else now
+    oldest = store.seq_at(table.source, now - window_s)
+    low = max(table.copy_seq or 0, oldest or 0)
+    return Window(min(low, table.max_safe_seq), table.max_safe_seq)
+
+
+def seq_for_time(store: MetadataStore, table: TableInfo, at: float) -> int:
+    """The newest safe seq the table's source had reached at wall clock `at`."""
+    seq = store.seq_at(table.source, at)
+    if seq is None:
+        raise OutsideWindow(f"{table.qualified_name} has no replica state as old as {at}; the oldest is newer")
+    return seq
+
+
+def plan_reads(table: TableInfo, deltas: list[Delta], seq: int, floor: int | None) -> list[ReadPlan]:
+    """One read plan per partition, with the deltas that can hold a version visible at `seq`."""
+    from htap.replica.partitions import decode_bounds, partition_count
+
+    plans = []
+    for part in range(partition_count(decode_bounds(table.partition_bounds_b64))):
+        mine = [
+            d for d in deltas if d.part == part and d.min_seq <= seq and (floor is None or d.max_seq >= floor)
+        ]
+        plans.append(
+            ReadPlan(
+                part=part,
+                seq=seq,
+                delta_paths=tuple(d.path for d in mine),
+                floor=floor,
+                partial=any(d.partial_rows for d in mine),
+            )
+        )
+    return plans
+
+
+def pin_and_plan(store: MetadataStore, table: TableInfo, seq: int, window_s: float, pin_ttl_s: float) -> list[ReadPlan]:
+    """Check `seq` is inside the window, pin it, and plan the partition reads."""
+    window = queryable_window(store, table, window_s)
+    if window is None:
+        raise ReplicaError(
+            f"HTAP table {table.qualified_name} is not readable (state: {table.state}"
+            f"{'; ' + table.error if table.error else ''})"
+        )
+    if not window.min_seq <= seq <= window.max_seq:
+        raise OutsideWindow(
+            f"seq {seq} of {table.qualified_name} is outside its queryable window [{window.min_seq}, {window.max_seq}]"
+        )
+    _pin, deltas = store.pin(table.id, seq, pin_ttl_s)
+    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq))

@@ -1,0 +1,166 @@
+"""Compaction: keep the number of deltas per partition small, and drop versions nobody can read.
+
+Policy (F1 Lightning, section 4.7): size-tiered with exponentially growing size limits. Starting
+from `min_bytes`, the limit grows by `ratio` until two or more deltas of the partition fit under
+it; those are merged. A merge of only small deltas is a minor compaction, one that includes
+larger ones a major compaction; more than `max_deltas` deltas are all merged at once.
+
+A merge that covers every live delta of a partition is also a base compaction: versions at or
+below the GC seq (the queryable window's low end, lowered to the oldest live pin) collapse to
+one version per key — the newest, with partial columns filled — and deleted or truncated rows
+disappear. Reads at any seq inside the window are unchanged by any of this.
+
+Merges write a new delta, then swap it for its inputs in one guarded metadata transaction; the
+inputs are retired, and deleted by garbage collection once no live pin can read them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from htap.conf import HtapConfig
+from htap.errors import HtapError, ReplicaError
+from htap.pushdown.replica_reader import latest_versions_sql, parquet_source
+from htap.replica.deltas import write_delta
+from htap.replica.metadata import Delta, MetadataStore
+from htap.replica.models import OP, OP_UPSERT, SEQ, STATE_UNHEALTHY, UNSET_MASK, TableInfo
+from htap.replica.partitions import decode_bounds, partition_count
+from htap.replica.snapshot import queryable_window
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Policy:
+    min_bytes: int = 4 << 20
+    ratio: float = 4.0
+    max_deltas: int = 12
+
+    @classmethod
+    def from_config(cls, cfg: HtapConfig) -> "Policy":
+        return cls(cfg.compaction_min_bytes, cfg.compaction_ratio, cfg.max_deltas)
+
+
+def pick(deltas: list[Delta], policy: Policy) -> list[Delta] | None:
+    """The deltas of one partition to merge next, or None."""
+    if len(deltas) > policy.max_deltas:
+        return list(deltas)
+    if len(deltas) < 2:
+        return None
+    limit = float(policy.min_bytes)
+    largest = max(d.bytes for d in deltas)
+    while True:
+        chosen = [d for d in deltas if d.bytes <= limit]
+        if len(chosen) >= 2:
+            return chosen
+        if limit >= largest:
+            return None
+        limit *= policy.ratio
+
+
+def gc_seq(store: MetadataStore, table: TableInfo, window_s: float) -> int | None:
+    """Versions at or below this seq that are shadowed can go: no read inside the window or
+    under a live pin can see them."""
+    window = queryable_window(store, table, window_s)
+    if window is None:
+        return None
+    pins = [p.seq for p in store.live_pins(table.id)]
+    return min([window.min_seq, *pins])
+
+
+def merge(
+    warehouse: Path,
+    store: MetadataStore,
+    table: TableInfo,
+    part: int,
+    inputs: list[Delta],
+    gc: int | None,
+    kind: str = "major",
+) -> Delta | None:
+    """Merge `inputs` into one delta and swap it in. `gc` (only when the inputs are every live
+    delta of the partition) collapses versions at or below it. Returns None if the swap lost a race."""
+    files = [str(warehouse / d.path) for d in inputs]
+    for f in files:
+        if not Path(f).is_file():
+            raise ReplicaError(f"delta file {f} of table {table.source}.{table.qualified_name} is missing")
+    columns = table.arrow_schema.names
+    keys = ", ".join(f'"{k}"' for k in table.key)
+    source = parquet_source(files)
+    if gc is None:
+        sql = f"SELECT * FROM {source} ORDER BY {keys}, \"{SEQ}\" DESC"
+    else:
+        floor = store.truncated_at(table.id, gc)
+        newer = f'SELECT * FROM {source} WHERE "{SEQ}" > {int(gc)}'
+        base = latest_versions_sql(
+            source, list(table.key), columns, columns, gc, floor=floor, partial=any(d.partial_rows for d in inputs)
+        )
+        collapsed = f'SELECT *, 0::BIGINT AS "{UNSET_MASK}" FROM ({base}) WHERE "{OP}" = {OP_UPSERT}'
+        sql = f"SELECT * FROM ({newer}) UNION ALL BY NAME ({collapsed}) ORDER BY {keys}, \"{SEQ}\" DESC"
+    con = duckdb.connect()
+    try:
+        data = con.sql(sql).to_arrow_table()
+    except (duckdb.IOException, duckdb.InvalidInputException) as e:
+        raise ReplicaError(f"cannot compact table {table.source}.{table.qualified_name}: {e}") from e
+    finally:
+        con.close()
+    new = write_delta(warehouse, table, data, part)
+    if not store.replace_deltas(table.id, inputs, [new]):
+        (warehouse / new.path).unlink(missing_ok=True)
+        return None
+    log.info(
+        "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
+        kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
+    )
+    return next(d for d in store.deltas(table.id, part) if d.path == new.path)
+
+
+def compact_table(cfg: HtapConfig, store: MetadataStore, table: TableInfo, policy: Policy) -> int:
+    """One compaction pass over a table's partitions; returns the number of merges."""
+    merges = 0
+    horizon = gc_seq(store, table, cfg.window_s)
+    for part in range(partition_count(decode_bounds(table.partition_bounds_b64))):
+        live = store.deltas(table.id, part)
+        chosen = pick(live, policy)
+        if chosen is None:
+            continue
+        covers_all = len(chosen) == len(live)
+        kind = "base" if covers_all else ("minor" if all(d.bytes <= policy.min_bytes for d in chosen) else "major")
+        if merge(cfg.warehouse, store, table, part, chosen, horizon if covers_all else None, kind) is not None:
+            merges += 1
+    return merges
+
+
+def collect_garbage(cfg: HtapConfig, store: MetadataStore) -> int:
+    """Delete retired delta files that no live pin can read; returns how many."""
+    paths = store.collect_garbage()
+    for p in paths:
+        (cfg.warehouse / p).unlink(missing_ok=True)
+    return len(paths)
+
+
+def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
+    """The service's background compactor and garbage collector (never on the read path)."""
+    if cfg.compaction_interval_s <= 0:
+        return
+    policy = Policy.from_config(cfg)
+    store = MetadataStore(cfg.metadata)
+    try:
+        while not stop.wait(cfg.compaction_interval_s):
+            for table in store.list_tables():
+                if not table.readable:
+                    continue
+                try:
+                    compact_table(cfg, store, table, policy)
+                except ReplicaError as e:
+                    log.error("%s: marked unhealthy: %s", table.qualified_name, e)
+                    store.set_state(table.id, STATE_UNHEALTHY, str(e))
+                except HtapError as e:
+                    log.error("compaction of %s failed: %s", table.qualified_name, e)
+            collect_garbage(cfg, store)
+    finally:
+        store.close()
