@@ -36,12 +36,30 @@ REPLICA_KEYS: dict[str, tuple[object, str]] = {
     "max_deltas": (12, "deltas per partition above which all of them are merged"),
 }
 SOURCE_KEYS: dict[str, tuple[object, str]] = {
-    "kind": ("postgres", "source kind: postgres"),
-    "dsn": ("", "libpq connection string of the source database"),
-    "slot": ("", "logical replication slot name; default htap_<source>"),
-    "publication": ("", "publication name; default htap_<source>"),
+    "kind": ("postgres", "source kind: postgres, mysql (also MariaDB) or debezium"),
+    "dsn": ("", "postgres: libpq connection string; mysql: mysql://user:password@host:port/database"),
+    "slot": ("", "postgres: logical replication slot name; default htap_<source>"),
+    "publication": ("", "postgres: publication name; default htap_<source>"),
+    "host": ("127.0.0.1", "mysql: server host (overrides the dsn's)"),
+    "port": (3306, "mysql: server port (overrides the dsn's)"),
+    "user": ("", "mysql: user with REPLICATION SLAVE, REPLICATION CLIENT and SELECT (overrides the dsn's)"),
+    "password": ("", "mysql: password (overrides the dsn's)"),
+    "database": ("", "mysql: default database of the connection (overrides the dsn's)"),
+    "server_id": (0, "mysql: server id of the binlog client, unique among the server's replicas; default derived from the source name"),
+    "path": ("", "debezium: a JSON-lines file or a folder of them holding Debezium events (relative to the config file)"),
+    "bootstrap_servers": ("", "debezium: Kafka bootstrap servers, host:port[,host:port...]"),
+    "topic_prefix": ("", "debezium: the connector's topic.prefix; data topics are <prefix>.<schema>.<table>"),
+    "topics": ([], "debezium: data topics to read instead of <prefix>.<schema>.<table>"),
+    "group_id": ("", "debezium: Kafka consumer group; default htap_<source>"),
+    "unavailable_value_placeholder": ("__debezium_unavailable_value", "debezium: the connector's unavailable.value.placeholder"),
 }
-SOURCE_KINDS = ("postgres",)
+SOURCE_KINDS = ("postgres", "mysql", "debezium")
+# Which keys apply to which kind (a key of another kind is an error naming it).
+KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "postgres": ("kind", "dsn", "slot", "publication"),
+    "mysql": ("kind", "dsn", "host", "port", "user", "password", "database", "server_id"),
+    "debezium": ("kind", "path", "bootstrap_servers", "topic_prefix", "topics", "group_id", "unavailable_value_placeholder"),
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,20 @@ class SourceConfig:
     dsn: str
     slot: str
     publication: str
+    # mysql
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = ""
+    password: str = ""
+    database: str = ""
+    server_id: int = 0
+    # debezium
+    path: str = ""
+    bootstrap_servers: str = ""
+    topic_prefix: str = ""
+    topics: tuple[str, ...] = ()
+    group_id: str = ""
+    unavailable_value_placeholder: str = "__debezium_unavailable_value"
 
 
 @dataclass(frozen=True)
@@ -135,6 +167,17 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         kind = sraw.get("kind", "postgres")
         if kind not in SOURCE_KINDS:
             raise ConfigError(f"{path}: sources.{name}.kind = {kind!r} is not supported; use one of {SOURCE_KINDS}")
+        for key in sraw:
+            if key not in KIND_KEYS[kind]:
+                raise ConfigError(
+                    f"{path}: sources.{name}.{key} does not apply to kind {kind!r}; its keys: {', '.join(KIND_KEYS[kind])}"
+                )
+        if kind == "mysql":
+            sources[name] = _mysql_source(name, sraw, path)
+            continue
+        if kind == "debezium":
+            sources[name] = _debezium_source(name, sraw, path)
+            continue
         if not sraw.get("dsn"):
             raise ConfigError(f"{path}: sources.{name}.dsn is required (a libpq connection string)")
         sources[name] = SourceConfig(
@@ -153,6 +196,79 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     )
 
 
+def _mysql_source(name: str, sraw: dict, path: Path) -> SourceConfig:
+    """A MySQL/MariaDB source: a mysql:// dsn and/or separate keys (the keys win)."""
+    from urllib.parse import unquote, urlsplit
+
+    parts: dict[str, object] = {}
+    dsn = sraw.get("dsn", "")
+    if dsn:
+        url = urlsplit(dsn)
+        if url.scheme not in ("mysql", "mariadb"):
+            raise ConfigError(f"{path}: sources.{name}.dsn must look like mysql://user:password@host:3306/database, got {dsn!r}")
+        try:
+            port = url.port
+        except ValueError as e:
+            raise ConfigError(f"{path}: sources.{name}.dsn has a bad port: {e}") from e
+        parts = {
+            "host": url.hostname or "",
+            "port": port or "",
+            "user": unquote(url.username or ""),
+            "password": unquote(url.password or ""),
+            "database": url.path.lstrip("/"),
+        }
+    values = {}
+    for key in ("host", "port", "user", "password", "database", "server_id"):
+        value = sraw.get(key, parts.get(key) or SOURCE_KEYS[key][0])
+        default = SOURCE_KEYS[key][0]
+        if isinstance(default, int):
+            try:
+                value = int(value)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{path}: sources.{name}.{key} must be a number, got {value!r}") from e
+        elif not isinstance(value, str):
+            raise ConfigError(f"{path}: sources.{name}.{key} must be a string, got {value!r}")
+        values[key] = value
+    if not values["user"]:
+        raise ConfigError(f"{path}: sources.{name}.user is required (or a dsn mysql://user:password@host:port/database)")
+    if not 0 <= values["server_id"] < 2**32:
+        raise ConfigError(f"{path}: sources.{name}.server_id must be between 1 and 4294967295")
+    if not values["server_id"]:
+        import zlib
+
+        # Stable per source name, away from the small ids servers are usually given.
+        values["server_id"] = 0x40000000 | (zlib.crc32(name.encode()) & 0x3FFFFFFF)
+    return SourceConfig(name=name, kind="mysql", dsn=dsn, slot="", publication="", **values)
+
+
+def _debezium_source(name: str, sraw: dict, path: Path) -> SourceConfig:
+    """A Debezium source: events from a file or folder (`path`) or from Kafka (`bootstrap_servers`)."""
+    events, servers = sraw.get("path", ""), sraw.get("bootstrap_servers", "")
+    if bool(events) == bool(servers):
+        raise ConfigError(
+            f"{path}: sources.{name} needs exactly one of path (a file or folder of Debezium events) "
+            f"and bootstrap_servers (Kafka)"
+        )
+    topics = sraw.get("topics", [])
+    if isinstance(topics, str) or not all(isinstance(t, str) for t in topics):
+        raise ConfigError(f"{path}: sources.{name}.topics must be a list of topic names")
+    if servers and not (sraw.get("topic_prefix") or topics):
+        raise ConfigError(f"{path}: sources.{name}.topic_prefix (the connector's topic.prefix) or topics is required with Kafka")
+    return SourceConfig(
+        name=name,
+        kind="debezium",
+        dsn="",
+        slot="",
+        publication="",
+        path=str((path.parent / events).resolve()) if events else "",
+        bootstrap_servers=servers,
+        topic_prefix=sraw.get("topic_prefix", ""),
+        topics=tuple(topics),
+        group_id=sraw.get("group_id") or f"htap_{name}",
+        unavailable_value_placeholder=sraw.get("unavailable_value_placeholder", SOURCE_KEYS["unavailable_value_placeholder"][0]),
+    )
+
+
 def _check_keys(section: dict, known: set[str], path: Path, prefix: str) -> None:
     for key in section:
         if key not in known:
@@ -161,7 +277,7 @@ def _check_keys(section: dict, known: set[str], path: Path, prefix: str) -> None
             raise ConfigError(f"{path}: unknown config key {prefix}{key!r}{did_you_mean}")
 
 
-def render_config(source_name: str, dsn: str, warehouse: str = "warehouse") -> str:
+def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind: str = "postgres") -> str:
     """The text `htap init` writes: every key with its default and what it means."""
     lines = ["# spark-htap configuration (see README). Tables are added with `htap tables add`.", "", "[replica]"]
     for key, (default, doc) in REPLICA_KEYS.items():
@@ -170,7 +286,16 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse") -> s
             lines.append(f"# metadata = \"\"  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
-    lines += ["", f"[sources.{source_name}]", f"kind = \"postgres\"", f"dsn = {_toml_value(dsn)}"]
+    lines += ["", f"[sources.{source_name}]", f"kind = {_toml_value(kind)}"]
+    if kind == "debezium":
+        # dsn: kafka://host:port[,host:port]/<topic prefix>, or a file or folder of events.
+        if dsn.startswith("kafka://"):
+            servers, _, prefix = dsn[len("kafka://"):].partition("/")
+            lines += [f"bootstrap_servers = {_toml_value(servers)}", f"topic_prefix = {_toml_value(prefix)}"]
+        else:
+            lines.append(f"path = {_toml_value(dsn)}")
+    else:
+        lines.append(f"dsn = {_toml_value(dsn)}")
     return "\n".join(lines) + "\n"
 
 

@@ -12,4 +12,12 @@ def open_source(config: SourceConfig) -> ChangeSource:
         from htap.connectors.postgres import PostgresSource
 
         return PostgresSource(config)
+    if config.kind == "mysql":
+        from htap.connectors.mysql import MySQLSource
+
+        return MySQLSource(config)
+    if config.kind == "debezium":
+        from htap.connectors.debezium import DebeziumSource
+
+        return DebeziumSource(config)
     raise ConfigError(f"source {config.name}: kind {config.kind!r} is not supported")

@@ -30,7 +30,10 @@ def cmd_init(args) -> int:
     path = resolve_config_path(args.config)
     if path.exists() and not args.force:
         raise ConfigError(f"{path} already exists; use --force to overwrite it, or --config for another file")
-    text = render_config(args.source, args.dsn, args.warehouse)
+    dsn = args.dsn
+    if args.kind == "debezium" and not dsn.startswith("kafka://"):
+        dsn = str(Path(dsn).resolve())  # a file or folder of events, named from where the command runs
+    text = render_config(args.source, dsn, args.warehouse, kind=args.kind)
     import tomllib
 
     cfg = parse_config(tomllib.loads(text), path)
@@ -147,7 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("init", help="write a config, create the metadata store, check the source")
-    s.add_argument("--dsn", required=True, help="libpq connection string of the source Postgres")
+    s.add_argument(
+        "--dsn",
+        required=True,
+        help="the source: a libpq connection string (postgres), mysql://user:password@host:port/database (mysql),"
+        " or a file/folder of events or kafka://host:port/<topic prefix> (debezium)",
+    )
+    s.add_argument("--kind", default="postgres", choices=("postgres", "mysql", "debezium"), help="source kind (default: postgres)")
     s.add_argument("--source", default="main", help="name of the source (default: main)")
     s.add_argument("--warehouse", default="warehouse", help="folder for deltas, relative to the config")
     s.add_argument("--force", action="store_true", help="overwrite an existing config file")
