@@ -88,9 +88,17 @@ class TableBuffer:
         self.ops.append(OP_DELETE)
         self.unset.append(0)
 
-    def truncate(self) -> None:
-        """The table was truncated: nothing buffered so far can be visible any more."""
-        self._reset()
+    def truncate(self, seq: int) -> None:
+        """The table was truncated in the transaction at `seq`: that transaction's earlier rows
+        are gone. Older versions stay: reads below `seq` still see them (the truncation hides
+        them from reads at or above it)."""
+        while self.seqs and self.seqs[-1] == seq:
+            for col in self.columns:
+                col.pop()
+            self.seqs.pop()
+            self.ops.pop()
+            self.unset.pop()
+        self.latest.clear()  # no version from before the truncation can be a row's base
 
     def key_of(self, values: list) -> tuple:
         return tuple(values[i] for i in self.key_positions)

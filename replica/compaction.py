@@ -83,7 +83,8 @@ def merge(
     kind: str = "major",
 ) -> Delta | None:
     """Merge `inputs` into one delta and swap it in. `gc` (only when the inputs are every live
-    delta of the partition) collapses versions at or below it. Returns None if the swap lost a race."""
+    delta of the partition) collapses versions at or below it. Returns the new delta; None if
+    nothing was left or the swap lost a race."""
     files = [str(warehouse / d.path) for d in inputs]
     for f in files:
         if not Path(f).is_file():
@@ -108,6 +109,10 @@ def merge(
         raise ReplicaError(f"cannot compact table {table.source}.{table.qualified_name}: {e}") from e
     finally:
         con.close()
+    if data.num_rows == 0:  # everything was garbage: the partition is simply empty now
+        store.replace_deltas(table.id, inputs, [])
+        log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
+        return None
     new = write_delta(warehouse, table, data, part)
     if not store.replace_deltas(table.id, inputs, [new]):
         (warehouse / new.path).unlink(missing_ok=True)

@@ -211,7 +211,7 @@ class SourceIngest:
                     for schema, name in event.tables:
                         tid = by_name.get((schema, name))
                         if tid in buffers and not skip_txn and txn_seq > (tables[tid].copy_seq or 0):
-                            buffers[tid].truncate()
+                            buffers[tid].truncate(txn_seq)
                             truncations.append((tid, txn_seq))
                             log.info("%s.%s truncated at seq %s", schema, name, txn_seq)
 

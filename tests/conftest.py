@@ -13,9 +13,18 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+pytest_plugins = ["mysql_support"]
+
 # Spark hands TIMESTAMP values to Python as naive local times; pin the local zone to UTC.
 os.environ["TZ"] = "UTC"
 time.tzset()
+
+# Property tests: a quick profile by default, `HYPOTHESIS_PROFILE=thorough` for a long run.
+from hypothesis import settings as _hypothesis_settings
+
+_hypothesis_settings.register_profile("default", max_examples=25)
+_hypothesis_settings.register_profile("thorough", max_examples=500)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 PG_DSN = os.environ.get("HTAP_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=test")
 HTAP = [sys.executable, "-m", "htap.cli"]
