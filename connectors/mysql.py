@@ -85,6 +85,8 @@ from htap.errors import NoSuchTableError, SourceError, TableError
 from htap.replica.models import Column, TableInfo
 
 log = logging.getLogger(__name__)
+# mysql-replication warns on every connection that binlog_row_metadata is not FULL: we do not need it.
+logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
 
 COPY_CHUNK_ROWS = 100_000
 SPILL_CHANGES = 50_000  # changes of one transaction kept in memory before spilling to disk
@@ -551,7 +553,7 @@ class MySQLStream(ChangeStream):
                     "host": cfg.host,
                     "port": cfg.port,
                     "user": cfg.user,
-                    "passwd": cfg.password,
+                    "password": cfg.password,
                     "read_timeout": 30,
                     "connect_timeout": 10,
                 },

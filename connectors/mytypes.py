@@ -5,7 +5,8 @@ A column's type is kept as `information_schema.COLUMNS.COLUMN_TYPE` spells it (`
 `pa.array(values, arrow_type)` converts directly:
 
 - the initial copy selects each column with `copy_expression` (a cast where the driver's own
-  value would not convert: TIME as its text, BIT as an unsigned integer) in a UTC session;
+  value would not convert or would round: TIME as its text, BIT as an unsigned integer, FLOAT
+  as a double) in a UTC session;
 - the binlog stream (mysql-replication) decodes row images; `stream_converter` fixes the few
   values whose binlog form differs from what a SELECT returns (TIME as timedelta, BIT as a bit
   string, SET as a Python set, BINARY(n) without its zero padding, JSON parsed from MySQL's
@@ -145,6 +146,9 @@ def copy_expression(name: str, column_type: str) -> str:
         return f"CAST({ident} AS CHAR)"
     if b == "bit":
         return f"CAST({ident} AS UNSIGNED)"
+    if b == "float":
+        # The text protocol prints FLOAT with 6 digits; as a double it is exact.
+        return f"({ident} + 0e0)"
     return ident
 
 
