@@ -80,6 +80,8 @@ def _open(opts: ScanOptions):
 class ReplicaPartition(InputPartition):
     """Everything an executor needs to read one partition at the query's snapshot."""
 
+    config: str
+    table_id: int
     warehouse: str
     table_label: str
     table_schema_b64: str
@@ -130,6 +132,8 @@ class HtapReader(DataSourceReader):
         self.schema = schema
         self._partitions = [
             ReplicaPartition(
+                config=str(cfg.path),
+                table_id=table.id,
                 warehouse=str(cfg.warehouse),
                 table_label=f"{table.source}.{table.qualified_name}",
                 table_schema_b64=table.arrow_schema_b64,
@@ -144,6 +148,19 @@ class HtapReader(DataSourceReader):
         return list(self._partitions)
 
     def read(self, partition: ReplicaPartition) -> Iterator:
+        try:
+            yield from self._read(partition)
+        except ReplicaError as e:
+            # A damaged replica: mark the table so queries fail over instead of failing again.
+            from htap.conf import load_config
+            from htap.replica.metadata import MetadataStore
+            from htap.replica.models import STATE_UNHEALTHY
+
+            with MetadataStore(load_config(partition.config).metadata) as store:
+                store.set_state(partition.table_id, STATE_UNHEALTHY, str(e))
+            raise
+
+    def _read(self, partition: "ReplicaPartition") -> Iterator:
         from pathlib import Path
 
         from pyspark.sql.pandas.types import to_arrow_schema

@@ -132,10 +132,8 @@ def read_replica(
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:
             yield _conform(batch, output_schema)
-    except duckdb.IOException as e:
-        raise ReplicaError(f"cannot read the deltas of table {table_label}: {e}") from e
-    except duckdb.InvalidInputException as e:
-        raise ReplicaError(f"a delta file of table {table_label} is corrupt: {e}") from e
+    except duckdb.Error as e:
+        raise ReplicaError(f"cannot read the deltas of table {table_label} (the replica is damaged): {e}") from e
     finally:
         con.close()
 

@@ -121,11 +121,16 @@ class Workspace:
 
     def close(self) -> None:
         self.stop_service(signal.SIGKILL if self.service and self.service.poll() is None else signal.SIGTERM)
+        slot = f"htap_{self.source}"
         with self.pg.cursor() as cur:
+            # The killed service's walsender may not have noticed yet: end it, then drop the slot.
             cur.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-                (f"htap_{self.source}",),
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = %s AND active",
+                (slot,),
             )
+            wait_until(lambda: not self.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (slot,)),
+                       30, f"slot {slot} to become inactive")
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
             cur.execute(f"DROP PUBLICATION IF EXISTS htap_{self.source}")
             cur.execute(f"DROP SCHEMA {self.schema} CASCADE")
 
