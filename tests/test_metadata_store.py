@@ -1,0 +1,112 @@
+"""Issue 3: one behaviour suite for the metadata store, run on SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+from conftest import PG_DSN
+from htap.errors import NoSuchTableError, ReplicaError, TableError
+from htap.replica.metadata import MetadataStore, NewDelta
+from htap.replica.models import Column
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = MetadataStore(tmp_path / "m.db", create=True)
+        yield s
+        s.close()
+        return
+    db = f"htap_meta_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(PG_DSN)
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {db}")
+    params = dict(p.split("=", 1) for p in PG_DSN.split())
+    url = f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{db}"
+    s = MetadataStore(url, create=True)
+    yield s
+    s.close()
+    admin.cursor().execute(f"DROP DATABASE {db} WITH (FORCE)")
+    admin.close()
+
+
+def add(store, name="t"):
+    return store.add_table("src", "public", name, [Column("id", "integer", False), Column("v", "text", True)], ["id"], "schema")
+
+
+def delta(table_id, path, lo, hi, part=0, rows=10):
+    return NewDelta(table_id, path, lo, hi, rows, 1000, 0, part)
+
+
+def test_tables(store):
+    t = add(store)
+    assert store.get_table("src", "public", "t") == t
+    assert t.state == "pending" and t.key == ("id",) and t.columns[1] == Column("v", "text", True)
+    with pytest.raises(TableError, match="already an HTAP table"):
+        add(store)
+    with pytest.raises(NoSuchTableError, match=r"HTAP tables: public\.t"):
+        store.get_table("src", "public", "nope")
+    assert [x.name for x in store.list_tables("src")] == ["t"] and store.list_tables("other") == []
+
+
+def test_copy_then_checkpoints_make_a_table_readable(store):
+    t = add(store)
+    store.start_copy(t.id)
+    store.finish_copy(t.id, [delta(t.id, "a", 100, 100)], copy_seq=100, partition_bounds=None)
+    assert store.table_by_id(t.id).state == "catching_up"
+    store.commit_checkpoint("src", [], 90, time.time())
+    assert not store.table_by_id(t.id).readable  # the stream has not reached the copy yet
+    store.commit_checkpoint("src", [delta(t.id, "b", 101, 120)], 120, time.time(), truncations=[(t.id, 110)])
+    t = store.table_by_id(t.id)
+    assert t.readable and t.max_safe_seq == 120 and store.source_position("src") == 120
+    assert [d.path for d in store.deltas(t.id)] == ["a", "b"]
+    assert store.truncated_at(t.id, 109) is None and store.truncated_at(t.id, 115) == 110
+    # An interrupted copy is forgotten when it restarts.
+    assert sorted(store.start_copy(t.id)) == ["a", "b"] and store.deltas(t.id) == []
+
+
+def test_safe_points_map_time_and_seq(store):
+    t0 = time.time()
+    store.commit_checkpoint("src", [], 10, t0)
+    store.commit_checkpoint("src", [], 20, t0 + 5)
+    assert store.seq_at("src", t0 - 1) is None
+    assert store.seq_at("src", t0 + 1) == 10 and store.seq_at("src", t0 + 6) == 20
+    assert store.time_of("src", 15) == t0 + 5
+
+
+def test_replace_is_compare_and_swap_and_pins_hold_retired_files(store):
+    t = add(store)
+    store.start_copy(t.id)
+    store.finish_copy(t.id, [delta(t.id, "a", 1, 1), delta(t.id, "b", 2, 5)], 1, None)
+    old = store.deltas(t.id)
+    pin, pinned = store.pin(t.id, 5, ttl_s=60)
+    assert [d.path for d in pinned] == ["a", "b"] and store.live_pins(t.id)[0].id == pin.id
+    assert store.replace_deltas(t.id, old, [delta(t.id, "ab", 1, 5)])
+    assert not store.replace_deltas(t.id, old, [delta(t.id, "lost", 1, 5)])  # inputs no longer live
+    assert [d.path for d in store.deltas(t.id)] == ["ab"]
+    assert store.collect_garbage() == []  # the pin predates the retirement
+    store.release_pin(pin.id)
+    assert sorted(store.collect_garbage()) == ["a", "b"]
+    # An expired pin holds nothing.
+    store.pin(t.id, 5, ttl_s=-1)
+    store.replace_deltas(t.id, store.deltas(t.id), [delta(t.id, "c", 1, 5)])
+    assert store.collect_garbage() == ["ab"]
+
+
+def test_scans_and_failover_flags(store):
+    t = add(store)
+    for i in range(105):
+        store.record_scan(t.id, "replica", i, {"n": i})
+    recent = store.recent_scans(t.id, 3)
+    assert [r.pushed["n"] for r in recent] == [104, 103, 102]
+    store.set_failover(t.id, True)
+    assert store.table_by_id(t.id).failover
+
+
+def test_a_missing_store_says_run_init(tmp_path):
+    with pytest.raises(ReplicaError, match="run `htap init`"):
+        MetadataStore(tmp_path / "none.db")
