@@ -23,7 +23,7 @@ position is the replica's own. Binlogs must be kept (`expire_logs_days` / `binlo
 longer than the service may be down; a purged position is an error that says so.
 
 **Transactions.** The seq is known only at the commit event, after the rows, so the stream
-reads a whole transaction (spilling it to a temporary file past `SPILL_CHANGES` changes) and
+reads a whole transaction (spilling it to a temporary file when it is large) and
 then emits `Begin(seq)`, its `RowChange`s and `Commit(seq)`. Updates carry the before image as
 `old`, so key changes work. `TRUNCATE` statements become a `Truncate` in a transaction of their
 own. A reader thread decodes while the service applies; `poll` takes from its queue.
@@ -52,10 +52,8 @@ engines have no consistent snapshot.
 from __future__ import annotations
 
 import logging
-import pickle
 import queue
 import re
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -69,6 +67,7 @@ from pymysql.constants import FIELD_TYPE as PYMYSQL_FIELD_TYPE
 
 from htap.conf import SourceConfig
 from htap.connectors import mytypes
+from htap.connectors.spool import TxnSpool
 from htap.connectors.changes import (
     VALUES_PYTHON,
     Begin,
@@ -89,7 +88,6 @@ log = logging.getLogger(__name__)
 logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
 
 COPY_CHUNK_ROWS = 100_000
-SPILL_CHANGES = 50_000  # changes of one transaction kept in memory before spilling to disk
 HEARTBEAT_S = 1.0
 QUEUE_EVENTS = 20_000
 PROGRESS_EVERY_S = 0.2
@@ -368,38 +366,6 @@ def copy_chunks(conn, table: TableInfo) -> Iterator[pa.Table]:
 # --- the change stream --------------------------------------------------------------------------
 
 
-class _Spool:
-    """The changes of one transaction, in order; past SPILL_CHANGES they go to a temporary file."""
-
-    def __init__(self):
-        self.items: list = []
-        self.file = None
-        self.spilled = 0
-
-    def __len__(self) -> int:
-        return self.spilled + len(self.items)
-
-    def append(self, item) -> None:
-        self.items.append(item)
-        if len(self.items) >= SPILL_CHANGES:
-            if self.file is None:
-                self.file = tempfile.TemporaryFile(prefix="htap-mysql-txn-")
-            pickle.dump(self.items, self.file, protocol=pickle.HIGHEST_PROTOCOL)
-            self.spilled += len(self.items)
-            self.items = []
-
-    def __iter__(self):
-        if self.file is not None:
-            self.file.seek(0)
-            while True:
-                try:
-                    yield from pickle.load(self.file)
-                except EOFError:
-                    break
-            self.file.close()
-        yield from self.items
-
-
 class _Layout:
     """The columns the stream decodes one table's rows with."""
 
@@ -571,7 +537,7 @@ class MySQLStream(ChangeStream):
                 enable_logging=False,
             )
             self.log_file = self.start_file
-            self.spool = _Spool()
+            self.spool = TxnSpool()
             self.in_txn = False
             self.progressed = max(self.from_seq, 0)
             self.progress_at = 0.0
@@ -624,7 +590,7 @@ class MySQLStream(ChangeStream):
                 self._put(item)
             self._put(Commit(seq, float(timestamp)))
             self.progressed = max(self.progressed, seq)
-            self.spool = _Spool()
+            self.spool = TxnSpool()
         else:
             self._progress(seq)
         self.in_txn = False
