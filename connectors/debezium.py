@@ -91,6 +91,8 @@ from htap.errors import NoSuchTableError, SourceError, TableError
 from htap.replica.models import Column, TableInfo
 
 log = logging.getLogger(__name__)
+# kafka-python logs every failed connection attempt; what matters reaches the user as a SourceError.
+logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 SNAPSHOT_VALUES = ("true", "first", "first_in_data_collection", "last_in_data_collection", "last", "incremental")
 GROUP_IDLE_S = 1.0  # Kafka without transaction metadata: an open transaction ends after this much quiet
