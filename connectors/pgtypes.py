@@ -75,9 +75,13 @@ def decode_text_column(values: pa.Array, target: pa.DataType) -> pa.Array:
         return pc.equal(values, "t")
     if pa.types.is_binary(target):
         # bytea text format is '\x' followed by hex digits.
-        import duckdb
+        from htap import engine
 
-        text = pa.table({"v": values})  # noqa: F841 (read by DuckDB through the Arrow scan)
-        decoded = duckdb.connect().sql("SELECT from_hex(substr(v, 3)) AS v FROM text").to_arrow_table()
+        con = engine.cursor()
+        try:
+            con.register("text", pa.table({"v": values}))
+            decoded = con.sql("SELECT from_hex(substr(v, 3)) AS v FROM text").to_arrow_table()
+        finally:
+            con.close()
         return pc.cast(decoded.column(0).combine_chunks(), pa.binary())
     return pc.cast(values, target)

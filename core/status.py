@@ -32,7 +32,7 @@ class TableStatus:
 def current_rows(cfg: HtapConfig, store: MetadataStore, table: TableInfo) -> int | None:
     if not table.readable:
         return None
-    from htap.pushdown.replica_reader import read_replica
+    from htap.pushdown.replica_reader import read_plan
     from htap.rewrite.subplan import Aggregate, PushedSubplan
     import pyarrow as pa
 
@@ -42,10 +42,7 @@ def current_rows(cfg: HtapConfig, store: MetadataStore, table: TableInfo) -> int
     count = PushedSubplan(aggregates=(Aggregate("count_star"),))
     total = 0
     for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
-        for batch in read_replica(
-            cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), list(plan.delta_paths),
-            plan.seq, count, out, floor=plan.floor, partial=plan.partial,
-        ):
+        for batch in read_plan(cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), plan, count, out):
             total += batch.column(0)[0].as_py() if batch.num_rows else 0
     return total
 

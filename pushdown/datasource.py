@@ -125,7 +125,7 @@ class HtapReader(DataSourceReader):
             else:
                 seq = table.max_safe_seq
             subplan = PushedSubplan.from_json(opts.pushed)
-            plans = pin_and_plan(store, table, seq, cfg.window_s, cfg.pin_ttl_s)
+            plans = pin_and_plan(store, table, seq, cfg.window_s, cfg.pin_ttl_s, subplan)
             store.record_scan(table.id, "replica", seq, subplan.to_dict())
         finally:
             store.close()
@@ -165,19 +165,16 @@ class HtapReader(DataSourceReader):
 
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.pushdown.replica_reader import read_replica
+        from htap.pushdown.replica_reader import read_plan
         from htap.replica.models import TableInfo
         from htap.rewrite.subplan import PushedSubplan
 
-        yield from read_replica(
+        yield from read_plan(
             Path(partition.warehouse),
             partition.table_label,
             TableInfo.decode_schema(partition.table_schema_b64),
             list(partition.key),
-            list(partition.plan.delta_paths),
-            partition.plan.seq,
+            partition.plan,
             PushedSubplan.from_json(partition.pushed),
             to_arrow_schema(self.schema, timezone="UTC"),
-            floor=partition.plan.floor,
-            partial=partition.plan.partial,
         )

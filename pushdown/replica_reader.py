@@ -11,17 +11,21 @@ point and range lookups by key skip most of the work.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import duckdb
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from htap import engine
 from htap.errors import ReplicaError
 from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
+
+if TYPE_CHECKING:
+    from htap.replica.snapshot import ReadPlan
 
 BATCH_ROWS = 64 * 1024
 
@@ -69,7 +73,7 @@ def latest_versions_sql(
 
 
 def replica_sql(
-    source: str,
+    files: list[str] | str,
     key: list[str],
     all_columns: list[str],
     seq: int,
@@ -77,16 +81,32 @@ def replica_sql(
     *,
     floor: int | None = None,
     partial: bool = False,
+    strategy: str = "merge",
 ) -> str:
-    """The DuckDB query that reads versions from `source` at `seq` and applies `subplan`."""
+    """The DuckDB query that reads the versions in `files` (or a registered relation's name) at
+    `seq` and applies `subplan`. `strategy` (see htap.replica.snapshot.ReadPlan) avoids the
+    general per-key merge when the deltas' shape allows it."""
     wanted = subplan.referenced_columns()
     needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
     row_filters = [f for f in subplan.filters if f not in key_filters]
-    latest = latest_versions_sql(
-        source, key, all_columns, needed, seq, floor=floor, partial=partial,
-        key_filters=[render.predicate(f).sql("duckdb") for f in key_filters],
-    )
+    conditions = [render.predicate(f).sql("duckdb") for f in key_filters]
+    source = files if isinstance(files, str) else parquet_source(files)
+    visible = [f"{_ident(SEQ)} <= {int(seq)}", *([f"{_ident(SEQ)} >= {int(floor)}"] if floor is not None else []), *conditions]
+    cols = ", ".join(_ident(c) for c in [*needed, SEQ, OP])
+    if strategy == "direct":  # one version per key: nothing to merge
+        latest = f"SELECT {cols} FROM {source} WHERE {' AND '.join(visible)}"
+    elif strategy == "base":  # the base's version unless a newer delta has one
+        newer = latest_versions_sql(parquet_source(files[1:]), key, all_columns, needed, seq, floor=floor, key_filters=conditions)
+        match = " AND ".join(f"n.{_ident(k)} = b.{_ident(k)}" for k in key)
+        latest = (
+            f"WITH newer AS ({newer}) "
+            f"SELECT {cols} FROM {parquet_source(files[:1])} AS b WHERE {' AND '.join(visible)}"
+            f" AND NOT EXISTS (SELECT 1 FROM newer AS n WHERE {match}) "
+            f"UNION ALL SELECT {cols} FROM newer"
+        )
+    else:
+        latest = latest_versions_sql(source, key, all_columns, needed, seq, floor=floor, partial=partial, key_filters=conditions)
     current = (
         exp.select(*(exp.column(c, quoted=True) for c in needed))
         .from_(sqlglot.parse_one(latest, read="duckdb").subquery("latest"))
@@ -114,20 +134,20 @@ def read_replica(
     *,
     floor: int | None = None,
     partial: bool = False,
+    strategy: str = "merge",
 ) -> Iterator[pa.RecordBatch]:
     """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`."""
     files = [str(warehouse / p) for p in delta_paths]
     for f in files:
         if not Path(f).is_file():
             raise ReplicaError(f"delta file {f} of table {table_label} is missing; the replica is damaged")
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
+    con = engine.cursor()
     if files:
-        source = parquet_source(files)
+        source: list[str] | str = files
     else:
         con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
-        source = "__no_deltas"
-    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial)
+        source, strategy = "__no_deltas", "merge"
+    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial, strategy=strategy)
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:
@@ -144,3 +164,19 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         raise ReplicaError(f"replica query returned {batch.num_columns} columns, Spark expects {len(schema)}")
     arrays = [col.cast(field.type) if col.type != field.type else col for col, field in zip(batch.columns, schema)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_plan(
+    warehouse: Path,
+    table_label: str,
+    table_schema: pa.Schema,
+    key: list[str],
+    plan: "ReadPlan",
+    subplan: PushedSubplan,
+    output_schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """`read_replica` for one partition's read plan (htap.replica.snapshot.ReadPlan)."""
+    return read_replica(
+        warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, subplan, output_schema,
+        floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
+    )

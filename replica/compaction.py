@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 
+from htap import engine
 from htap.conf import HtapConfig
 from htap.errors import HtapError, ReplicaError
 from htap.pushdown.replica_reader import latest_versions_sql, parquet_source
@@ -102,7 +103,7 @@ def merge(
         )
         collapsed = f'SELECT *, 0::BIGINT AS "{UNSET_MASK}" FROM ({base}) WHERE "{OP}" = {OP_UPSERT}'
         sql = f"SELECT * FROM ({newer}) UNION ALL BY NAME ({collapsed}) ORDER BY {keys}, \"{SEQ}\" DESC"
-    con = duckdb.connect()
+    con = engine.cursor()
     try:
         data = con.sql(sql).to_arrow_table()
     except (duckdb.IOException, duckdb.InvalidInputException) as e:

@@ -11,14 +11,14 @@ import os
 import uuid
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from htap import engine
 from htap.replica.metadata import NewDelta
-from htap.replica.models import ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
+from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -33,7 +33,7 @@ def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
     Within one transaction a key can change several times; its last change is its state at
     that seq. (A partial update followed by more changes in one transaction keeps the last.)
     """
-    con = duckdb.connect()
+    con = engine.cursor()
     try:
         con.register("batch", data)
         keys = ", ".join(f'"{k}"' for k in key)
@@ -69,6 +69,7 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
     _fsync(path.parent)
     bounds = pc.min_max(seqs)
     partial = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py() or 0
+    deletes = pc.sum(pc.equal(data.column(OP), OP_DELETE)).as_py() or 0
     return NewDelta(
         table_id=table.id,
         path=rel,
@@ -78,7 +79,21 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
         bytes=path.stat().st_size,
         partial_rows=partial,
         part=part,
+        deletes=deletes,
+        unique_keys=_unique_sorted_keys(data, list(table.key)),
     )
+
+
+def _unique_sorted_keys(data: pa.Table, key: list[str]) -> bool:
+    """Whether a key-sorted table has at most one row per key (no two adjacent rows share it)."""
+    if data.num_rows < 2:
+        return True
+    same = None
+    for k in key:
+        col = data.column(k).combine_chunks()
+        eq = pc.equal(col.slice(1), col.slice(0, len(col) - 1))
+        same = eq if same is None else pc.and_(same, eq)
+    return not pc.any(same).as_py()
 
 
 def _fsync(path: Path) -> None:

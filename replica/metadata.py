@@ -35,7 +35,7 @@ from htap.replica.models import (
     TableInfo,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 
 _TABLES = [
@@ -52,7 +52,8 @@ _TABLES = [
         "deltas",
         "id {serial}, table_id {int} NOT NULL, part {int} NOT NULL DEFAULT 0, path TEXT NOT NULL UNIQUE,"
         " min_seq {int} NOT NULL, max_seq {int} NOT NULL, rows {int} NOT NULL, bytes {int} NOT NULL,"
-        " partial_rows {int} NOT NULL DEFAULT 0, created_at {real} NOT NULL, retired_at {real}",
+        " partial_rows {int} NOT NULL DEFAULT 0, deletes {int} NOT NULL DEFAULT 0, unique_keys {int} NOT NULL DEFAULT 0,"
+        " created_at {real} NOT NULL, retired_at {real}",
     ),
     ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),
     ("safe_points", "source TEXT NOT NULL, seq {int} NOT NULL, at {real} NOT NULL, PRIMARY KEY (source, seq)"),
@@ -83,6 +84,8 @@ class NewDelta:
     bytes: int
     partial_rows: int = 0
     part: int = 0
+    deletes: int = 0
+    unique_keys: bool = False
 
 
 @dataclass(frozen=True)
@@ -425,12 +428,13 @@ class MetadataStore:
         now = time.time()
         for d in deltas:
             self._x(
-                "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (d.table_id, d.part, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, now),
+                "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes,"
+                " unique_keys, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (d.table_id, d.part, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, d.deletes,
+                 int(d.unique_keys), now),
             )
 
-    _DELTA_COLUMNS = "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows"
+    _DELTA_COLUMNS = "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes, unique_keys"
 
     def deltas(self, table_id: int, part: int | None = None) -> list[Delta]:
         """Live deltas of a table (or of one partition), oldest first."""

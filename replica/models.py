@@ -90,3 +90,5 @@ class Delta:
     rows: int
     bytes: int
     partial_rows: int = 0  # versions with unset columns (reads then fill them from older versions)
+    deletes: int = 0  # delete versions
+    unique_keys: bool = False  # at most one version per key: reads need no merge within it

@@ -65,3 +65,43 @@ def split_by_partition(data: pa.Table, key0: str, splits: pa.Array | None) -> li
         if rows.num_rows:
             out.append((part, rows))
     return out
+
+
+def matching_partitions(splits: pa.Array | None, key0: str, filters) -> list[int]:
+    """Partitions whose key range can hold rows matching the conjunction `filters` (pushed
+    predicates): equality, IN and range comparisons on the first key column prune; anything
+    else, or a literal that does not convert exactly to the key's type, keeps every partition."""
+    if splits is None:
+        return [0]
+    count = partition_count(splits)
+    keep = set(range(count))
+    for f in filters:
+        if f.col != key0 or f.op not in ("eq", "in", "gt", "ge", "lt", "le"):
+            continue
+        literals = f.values if f.op == "in" else (f.value,)
+        parts = [_partition_of(splits, lit) for lit in literals]
+        if any(p is None for p in parts):
+            continue
+        if f.op in ("eq", "in"):
+            keep &= set(parts)
+        elif f.op in ("gt", "ge"):
+            keep &= set(range(parts[0], count))
+        else:
+            keep &= set(range(0, parts[0] + 1))
+    return sorted(keep)
+
+
+def _partition_of(splits: pa.Array, literal) -> int | None:
+    """Index of the partition holding a pushed literal's value, or None if not comparable."""
+    import datetime as dt
+
+    value = literal.value
+    if value is None:
+        return None
+    if literal.type == "timestamp":
+        value = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(value))
+    try:
+        scalar = pa.scalar(value).cast(splits.type)  # safe cast: refuses lossy conversions
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError):
+        return None
+    return int(pc.sum(pc.less_equal(splits, scalar)).as_py() or 0)

@@ -18,12 +18,12 @@ import threading
 import time
 import uuid
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from htap import engine
 from htap.conf import HtapConfig, SourceConfig
 from htap.connectors.changes import Begin, ChangeSource, Commit, Progress, Relation, RowChange, Truncate
 from htap.connectors.registry import open_source
@@ -90,7 +90,7 @@ class SourceIngest:
                 elapsed = max(time.monotonic() - started, 1e-6)
                 log.info("copying %s: %d rows (%.0f rows/s)", table.qualified_name, rows, rows / elapsed)
             staged = ds.dataset(sorted(str(p) for p in stage.glob("chunk-*.parquet")), schema=table.arrow_schema)
-            con = duckdb.connect()
+            con = engine.cursor()
             con.register("staged", staged)
             splits = choose_splits(con, "staged", table.key[0], rows, self.cfg.partition_rows) if rows else None
             con.close()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from htap.errors import ReplicaError
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import TableInfo
+from htap.rewrite.subplan import PushedSubplan
 
 
 class OutsideWindow(ReplicaError):
@@ -36,6 +37,20 @@ class ReadPlan:
     delta_paths: tuple[str, ...]
     floor: int | None  # versions below it were truncated away
     partial: bool  # some version lacks columns (partial update): reads must fill them
+    strategy: str = "merge"  # "merge", "direct" (one delta, one version per key) or "base" (see below)
+    # With strategy "base": delta_paths[0] holds one version per key, every other delta is newer
+    # than all of it and carries full rows, so a key's newest version in the others wins outright.
+
+
+def read_strategy(deltas: list[Delta]) -> str:
+    """How a partition read can avoid the general per-key merge (see ReadPlan.strategy)."""
+    if len(deltas) == 1 and deltas[0].unique_keys and not deltas[0].partial_rows:
+        return "direct"
+    if len(deltas) > 1:
+        base, newer = deltas[0], deltas[1:]
+        if base.unique_keys and not any(d.partial_rows for d in deltas) and all(d.min_seq > base.max_seq for d in newer):
+            return "base"
+    return "merge"
 
 
 def queryable_window(store: MetadataStore, table: TableInfo, window_s: float, now: float | None = None) -> Window | None:
@@ -55,15 +70,20 @@ def seq_for_time(store: MetadataStore, table: TableInfo, at: float) -> int:
     return seq
 
 
-def plan_reads(table: TableInfo, deltas: list[Delta], seq: int, floor: int | None) -> list[ReadPlan]:
-    """One read plan per partition, with the deltas that can hold a version visible at `seq`."""
-    from htap.replica.partitions import decode_bounds, partition_count
+def plan_reads(
+    table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, subplan: "PushedSubplan | None" = None
+) -> list[ReadPlan]:
+    """One read plan per partition that the subplan's key filters can match, with the deltas
+    that can hold a version visible at `seq`."""
+    from htap.replica.partitions import decode_bounds, matching_partitions
 
+    splits = decode_bounds(table.partition_bounds_b64)
     plans = []
-    for part in range(partition_count(decode_bounds(table.partition_bounds_b64))):
+    for part in matching_partitions(splits, table.key[0], subplan.filters if subplan else ()):
         mine = [
             d for d in deltas if d.part == part and d.min_seq <= seq and (floor is None or d.max_seq >= floor)
         ]
+        mine.sort(key=lambda d: (d.min_seq, d.id))
         plans.append(
             ReadPlan(
                 part=part,
@@ -71,12 +91,20 @@ def plan_reads(table: TableInfo, deltas: list[Delta], seq: int, floor: int | Non
                 delta_paths=tuple(d.path for d in mine),
                 floor=floor,
                 partial=any(d.partial_rows for d in mine),
+                strategy=read_strategy(mine),
             )
         )
     return plans
 
 
-def pin_and_plan(store: MetadataStore, table: TableInfo, seq: int, window_s: float, pin_ttl_s: float) -> list[ReadPlan]:
+def pin_and_plan(
+    store: MetadataStore,
+    table: TableInfo,
+    seq: int,
+    window_s: float,
+    pin_ttl_s: float,
+    subplan: "PushedSubplan | None" = None,
+) -> list[ReadPlan]:
     """Check `seq` is inside the window, pin it, and plan the partition reads."""
     window = queryable_window(store, table, window_s)
     if window is None:
@@ -89,4 +117,4 @@ def pin_and_plan(store: MetadataStore, table: TableInfo, seq: int, window_s: flo
             f"seq {seq} of {table.qualified_name} is outside its queryable window [{window.min_seq}, {window.max_seq}]"
         )
     _pin, deltas = store.pin(table.id, seq, pin_ttl_s)
-    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq))
+    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan)

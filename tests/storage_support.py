@@ -14,7 +14,7 @@ from htap.replica.metadata import MetadataStore
 from htap.replica.models import Column, TableInfo, encode_schema
 from htap.replica.partitions import encode_bounds
 from htap.replica.snapshot import plan_reads
-from htap.pushdown.replica_reader import read_replica
+from htap.pushdown.replica_reader import read_plan
 from htap.rewrite.subplan import PushedSubplan
 
 SOURCE = "mem"
@@ -62,9 +62,6 @@ class DirectTable:
         deltas = self.store.deltas(self.table.id)
         for plan in plan_reads(self.table, deltas, seq, self.store.truncated_at(self.table.id, seq)):
             batches += list(
-                read_replica(
-                    self.warehouse, self.table.qualified_name, schema, list(self.table.key), list(plan.delta_paths),
-                    seq, subplan, out, floor=plan.floor, partial=plan.partial,
-                )
+                read_plan(self.warehouse, self.table.qualified_name, schema, list(self.table.key), plan, subplan, out)
             )
         return pa.Table.from_batches(batches, schema=out)

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from htap.conf import HtapConfig
 from htap.connectors.changes import UNSET
-from htap.pushdown.replica_reader import read_replica
+from htap.pushdown.replica_reader import read_plan
 from htap.replica.compaction import Policy, collect_garbage, compact_table
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import pin_and_plan, queryable_window
@@ -75,8 +75,7 @@ def test_reads_stay_exact_while_compaction_and_gc_run(tmp_path):
             time.sleep(rng.random() * 0.2)  # compaction and GC run meanwhile
             rows = []
             for plan in plans:
-                for b in read_replica(cfg.warehouse, "t", SCHEMA, ["k"], list(plan.delta_paths), seq,
-                                      PushedSubplan(), SCHEMA, floor=plan.floor, partial=plan.partial):
+                for b in read_plan(cfg.warehouse, "t", SCHEMA, ["k"], plan, PushedSubplan(), SCHEMA):
                     rows += [tuple(r.values()) for r in b.to_pylist()]
             assert sorted(rows) == sorted(history[seq].values()), f"read at seq {seq}"
             stats["reads"] += 1

@@ -1,0 +1,210 @@
+"""Storage benchmarks (issue 3), ratios measured in one run against baselines in the same process.
+
+  python -m bench.storage [--rows 5000000] [--json bench/results/storage.json]
+
+(a) merge-on-read scan + aggregate of a table with 20 % of its rows updated across 10 deltas,
+    read at the max safe seq, against the same final rows as one plain Parquet file through the
+    same engine (DuckDB) — before and after compaction. Targets: <= 3x before, <= 1.5x after.
+(b) point lookup by key without Spark (pin, plan, merge-on-read): p50 < 20 ms.
+(c) flush throughput: buffered changes -> sorted, durable Parquet deltas: >= 200k changes/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from htap.conf import HtapConfig
+from htap.connectors.changes import VALUES_PYTHON
+from htap.pushdown.replica_reader import read_plan
+from htap.replica.buffer import TableBuffer
+from htap.replica.compaction import Policy, compact_table
+from htap.replica.deltas import write_partitioned
+from htap.replica.metadata import MetadataStore
+from htap.replica.models import OP, OP_UPSERT, SEQ, Column, encode_schema
+from htap.replica.partitions import encode_bounds
+from htap.replica.snapshot import pin_and_plan
+from htap.rewrite.subplan import Aggregate, Literal, Predicate, PushedSubplan
+
+SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("amount", pa.float64()), ("qty", pa.int32())])
+REGIONS = np.array(["emea", "amer", "apac", "latam"])
+AGG = PushedSubplan(group_by=("region",), aggregates=(Aggregate("count_star"), Aggregate("sum", "amount"), Aggregate("max", "qty")))
+AGG_OUT = pa.schema([("region", pa.string()), ("n", pa.int64()), ("s", pa.float64()), ("m", pa.int32())])
+
+
+def progress(msg: str) -> None:
+    print(f"[bench.storage] {msg}", flush=True)
+
+
+def rows(ids: np.ndarray, rng: np.random.Generator) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "region": pa.array(REGIONS[rng.integers(0, len(REGIONS), n)]),
+        "amount": pa.array(rng.random(n) * 1000),
+        "qty": pa.array(rng.integers(0, 100, n, dtype=np.int32)),
+    })
+
+
+def best(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def build(root: Path, n: int, partition_rows: int, rng: np.random.Generator):
+    """A replica table: a base of n rows at seq 1, then 10 deltas updating 2 % of rows each."""
+    warehouse = root / "warehouse"
+    store = MetadataStore(root / "metadata.db", create=True)
+    t = store.add_table("bench", "public", "orders", [Column(f.name, str(f.type), True) for f in SCHEMA], ["id"], encode_schema(SCHEMA))
+    store.start_copy(t.id)
+    parts = max(1, n // partition_rows)
+    splits = pa.array([n * i // parts for i in range(1, parts)], pa.int64()) if parts > 1 else None
+    store.finish_copy(t.id, [], 0, encode_bounds(splits) if splits is not None else None)
+    table = store.table_by_id(t.id)
+    final = rows(np.arange(n), rng)
+    base = final.append_column(SEQ, pa.array(np.full(n, 1, np.int64))).append_column(OP, pa.array(np.full(n, OP_UPSERT, np.int8)))
+    store.commit_checkpoint("bench", write_partitioned(warehouse, table, base), 1, time.time())
+    final_ids = final.column("id").to_numpy()
+    final_cols = {c: final.column(c).to_numpy(zero_copy_only=False).copy() for c in ("region", "amount", "qty")}
+    for i in range(10):
+        seq = 2 + i
+        ids = np.sort(rng.choice(n, n // 50, replace=False))
+        upd = rows(ids, rng)
+        for c in final_cols:
+            final_cols[c][ids] = upd.column(c).to_numpy(zero_copy_only=False)
+        upd = upd.append_column(SEQ, pa.array(np.full(len(ids), seq, np.int64))).append_column(OP, pa.array(np.full(len(ids), OP_UPSERT, np.int8)))
+        store.commit_checkpoint("bench", write_partitioned(warehouse, table, upd), seq, time.time())
+        progress(f"delta {i + 1}/10 written ({len(ids)} updated rows)")
+    plain = pa.table({"id": final_ids, **{c: pa.array(v) for c, v in final_cols.items()}}).cast(SCHEMA)
+    pq.write_table(plain, root / "plain.parquet")
+    return store, store.table_by_id(t.id), warehouse
+
+
+def scan_replica(store, table, warehouse, cfg) -> pa.Table:
+    out = []
+    for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, cfg.pin_ttl_s):
+        out += list(read_plan(warehouse, "bench", SCHEMA, ["id"], plan, AGG, AGG_OUT))
+    return pa.Table.from_batches(out, AGG_OUT)  # partial aggregates per partition, as Spark gets them
+
+
+def scan_plain(root: Path) -> pa.Table:
+    con = duckdb.connect()
+    return con.sql(f"SELECT region, count(*), sum(amount), max(qty) FROM read_parquet('{root / 'plain.parquet'}') GROUP BY region").to_arrow_table()
+
+
+def merged(t: pa.Table) -> dict:
+    con = duckdb.connect()
+    con.register("t", t)
+    return {r[0]: (r[1], r[2], r[3]) for r in con.sql("SELECT region, sum(n), sum(s), max(m) FROM t GROUP BY region").fetchall()}
+
+
+def same(got: dict, want: dict) -> bool:
+    """Equal counts and maxima; float sums equal up to summation order."""
+    import math
+
+    return got.keys() == want.keys() and all(
+        got[k][0] == want[k][0] and got[k][2] == want[k][2] and math.isclose(got[k][1], want[k][1], rel_tol=1e-9)
+        for k in got
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=5_000_000)
+    p.add_argument("--partition-rows", type=int, default=1_000_000)
+    p.add_argument("--json", default="bench/results/storage.json")
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(42)
+    root = Path(tempfile.mkdtemp(prefix="htap-bench-"))
+    results: dict = {"rows": args.rows, "partition_rows": args.partition_rows}
+    try:
+        progress(f"building a {args.rows:,}-row table with 20 % of rows updated across 10 deltas")
+        store, table, warehouse = build(root, args.rows, args.partition_rows, rng)
+        cfg = HtapConfig(path=root / "htap.toml", warehouse=warehouse, metadata=root / "metadata.db",
+                         flush_interval_s=1, flush_max_changes=1, window_s=1e9)
+        want = {r[0]: (r[1], r[2], r[3]) for r in (tuple(x.values()) for x in scan_plain(root).to_pylist())}
+        assert same(merged(scan_replica(store, table, warehouse, cfg)), want), "replica and plain Parquet disagree"
+        plain_s = best(lambda: scan_plain(root))
+        before_s = best(lambda: scan_replica(store, table, warehouse, cfg))
+        n_deltas = store.delta_stats(table.id)[0]
+        progress(f"scan+aggregate: plain {plain_s:.3f} s, replica {before_s:.3f} s over {n_deltas} deltas")
+        t0 = time.perf_counter()
+        # Compact with a queryable window of 0 s, so base compaction may fold every version.
+        folding = dataclasses.replace(cfg, window_s=0.0)
+        while compact_table(folding, store, store.table_by_id(table.id), Policy(min_bytes=1 << 40, ratio=2, max_deltas=1)):
+            pass
+        compact_s = time.perf_counter() - t0
+        assert same(merged(scan_replica(store, table, warehouse, cfg)), want), "compaction changed the result"
+        after_s = best(lambda: scan_replica(store, table, warehouse, cfg))
+        results["scan"] = {
+            "plain_s": plain_s, "replica_before_s": before_s, "replica_after_s": after_s, "deltas_before": n_deltas,
+            "deltas_after": store.delta_stats(table.id)[0], "compaction_s": compact_s,
+            "ratio_before": before_s / plain_s, "ratio_after": after_s / plain_s,
+        }
+
+        lookups = []
+        ids = rng.integers(0, args.rows, 200)
+        for k in ids:
+            sub = PushedSubplan(columns=("id", "region", "amount", "qty"), filters=(Predicate("eq", "id", Literal("long", int(k))),))
+            t0 = time.perf_counter()
+            got = []
+            for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, cfg.pin_ttl_s, sub):
+                got += list(read_plan(warehouse, "bench", SCHEMA, ["id"], plan, sub, SCHEMA))
+            lookups.append(time.perf_counter() - t0)
+            assert sum(b.num_rows for b in got) == 1
+        results["point_lookup"] = {"p50_ms": statistics.median(lookups) * 1e3, "p99_ms": np.percentile(lookups, 99) * 1e3, "n": len(lookups)}
+
+        n_changes = 1_000_000
+        ft = store.add_table("bench", "public", "flush", [Column(f.name, str(f.type), True) for f in SCHEMA], ["id"], encode_schema(SCHEMA))
+        store.start_copy(ft.id)
+        store.finish_copy(ft.id, [], 0, None)
+        ftable = store.table_by_id(ft.id)
+        buf = TableBuffer(ftable, VALUES_PYTHON)
+        src = rows(rng.integers(0, 10 * n_changes, n_changes), rng).to_pylist()
+        t0 = time.perf_counter()
+        for i, r in enumerate(src):
+            buf.upsert([r["id"], r["region"], r["amount"], r["qty"]], 100 + i // 1000)
+        buffered_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        deltas = write_partitioned(warehouse, ftable, buf.drain())
+        store.commit_checkpoint("bench", deltas, 100 + n_changes // 1000, time.time())
+        flush_s = time.perf_counter() - t0
+        results["flush"] = {
+            "changes": n_changes, "flush_s": flush_s, "changes_per_s": n_changes / flush_s,
+            "buffer_append_s": buffered_s, "end_to_end_changes_per_s": n_changes / (flush_s + buffered_s),
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    s, lk, fl = results["scan"], results["point_lookup"], results["flush"]
+    print()
+    print(f"{'benchmark':<48} {'measured':>14} {'target':>10}")
+    print(f"{'(a) scan+agg replica/plain, before compaction':<48} {s['ratio_before']:>13.2f}x {'<= 3x':>10}")
+    print(f"{'(a) scan+agg replica/plain, after compaction':<48} {s['ratio_after']:>13.2f}x {'<= 1.5x':>10}")
+    print(f"{'    plain / before / after (s)':<48} {s['plain_s']:.3f}/{s['replica_before_s']:.3f}/{s['replica_after_s']:.3f}")
+    print(f"{'(b) point lookup p50 (ms)':<48} {lk['p50_ms']:>14.1f} {'< 20':>10}")
+    print(f"{'(c) flush throughput (changes/s)':<48} {fl['changes_per_s']:>14,.0f} {'>= 200k':>10}")
+    print(f"{'    incl. Python buffer appends (changes/s)':<48} {fl['end_to_end_changes_per_s']:>14,.0f}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
