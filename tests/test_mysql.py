@@ -226,6 +226,7 @@ def test_stream_resumes_exactly_after_a_seq_and_progresses_when_idle(my_workspac
     table = dataclasses.replace(table, copy_seq=master_seq(ws.conn))
     ws.sql(f"INSERT INTO {t} VALUES (1, 1)")
     ws.sql(f"INSERT INTO {t} VALUES (2, 2), (3, 3)")
+    ws.sql("FLUSH BINARY LOGS")  # the next commits are in the next binlog file
     ws.sql(f"UPDATE {t} SET v = v + 10")
     ws.sql(f"DELETE FROM {t} WHERE id = 2")
     end = master_seq(ws.conn)
@@ -262,6 +263,7 @@ def test_stream_resumes_exactly_after_a_seq_and_progresses_when_idle(my_workspac
     assert [len(tx) - 1 for tx in everything] == [1, 2, 3, 1]
     seqs = [tx[0] for tx in everything]
     assert seqs == sorted(seqs) and len(set(seqs)) == 4 and seqs[-1] <= end
+    assert seqs[2] >> 32 == (seqs[1] >> 32) + 1  # file index in the high bits
     assert progress and max(progress) > end  # Progress past the other table's commits
     for k, seq in enumerate(seqs):
         later, _ = read(seq, end)
@@ -373,3 +375,23 @@ def test_check_messages_against_the_real_servers_settings(mysql):
     finally:
         with mysql.cursor() as cur:
             cur.execute(f"DROP USER '{name}'@'%'")
+
+
+def test_sigkill_during_the_initial_copy_then_restart(my_workspace, spark, my_catalog):
+    ws = my_workspace
+    t = f"{ws.schema}.big"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v bigint, s varchar(20))")
+    ws.sql(f"INSERT INTO {t} SELECT seq, seq * 3, concat('row ', seq) FROM seq_1_to_400000")
+    ws.htap("tables", "add", t)
+    ws.start_service()
+    wait_until(lambda: ws.table("big").state == "copying", 60, "the initial copy to start")
+    ws.stop_service(signal.SIGKILL)
+    ws.sql(f"UPDATE {t} SET v = -v WHERE id % 1000 = 0")  # while the service is down
+    ws.sql(f"DELETE FROM {t} WHERE id > 399000")
+    ws.start_service()
+    ws.wait_readable("big", timeout=180)
+    ws.sql(f"INSERT INTO {t} VALUES (500000, 1, 'after')")
+    ws.wait_caught_up("big", timeout=30)
+    query = "SELECT count(*), sum(v), count(DISTINCT s), min(id), max(id) FROM {}"
+    got = spark.sql(query.format(f"{my_catalog}.{t}")).collect()
+    assert normalized(got) == normalized(ws.sql(query.format(t)))
