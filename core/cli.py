@@ -84,6 +84,23 @@ def cmd_tables_list(args) -> int:
     return 0
 
 
+def cmd_failover(args) -> int:
+    from htap.catalog.bridge import set_property
+    from htap.errors import ConfigError
+    from htap.replica.metadata import MetadataStore
+
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    if "." not in args.table:
+        raise ConfigError(f"name the table as <schema>.<table>, e.g. public.{args.table}")
+    schema, name = args.table.split(".", 1)
+    with MetadataStore(cfg.metadata) as store:
+        set_property(store, store.get_table(source.name, schema, name), "htap.failover", "true" if args.state == "on" else "false")
+    where = "the source" if args.state == "on" else "the replica (when healthy and fresh)"
+    print(f"{args.table}: failover {args.state}; reads now go to {where}")
+    return 0
+
+
 def cmd_serve(args) -> int:
     from htap.replica.service import serve
 
@@ -169,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_tables_add)
     ls = t.add_parser("list", help="list HTAP tables")
     ls.set_defaults(func=cmd_tables_list)
+
+    f = sub.add_parser("failover", help="route reads of a table to its source (on) or back to the replica (off)")
+    f.add_argument("table", help="<schema>.<table>")
+    f.add_argument("state", choices=["on", "off"])
+    f.add_argument("--source", help="source name (default: the only one)")
+    f.set_defaults(func=cmd_failover)
 
     s = sub.add_parser("serve", help="run the ingest service (copy, then stream changes) until stopped")
     s.set_defaults(func=cmd_serve)

@@ -19,14 +19,35 @@ from htap.replica.snapshot import ReadPlan
 
 # Marker the Java shim looks for to turn a Python failure into Spark's NoSuchTableException.
 NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE"
+# Marker the Java shim turns into a SecurityException (HtapBatch).
+PERMISSION_MARKER = "HTAP_PERMISSION_DENIED"
 
 OPTION_CONFIG = "config"
 OPTION_SOURCE = "source"
 OPTION_TABLE = "table"
-OPTION_PUSHED = "pushed"
-OPTION_AS_OF_SEQ = "as_of_seq"  # FOR VERSION AS OF <seq>
+OPTION_PUSHED = "pushed"  # the pushed subplan, JSON (htap.rewrite.subplan)
+OPTION_ROUTE = "route"  # auto | replica | source
+OPTION_USER = "user"  # source user whose privileges every read must respect
+OPTION_AS_OF_VERSION = "as_of_version"  # FOR VERSION AS OF: a seq (Postgres: LSN or integer)
+OPTION_AS_OF_SEQ = "as_of_seq"  # the same, as a catalog option (e.g. for verification)
 OPTION_AS_OF_TIME = "as_of_time"  # FOR TIMESTAMP AS OF: Unix seconds
-OPTIONS = (OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME)
+OPTION_SOURCE_SNAPSHOT = "source_snapshot"  # an exported Postgres snapshot for source reads
+OPTIONS = (
+    OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_ROUTE, OPTION_USER,
+    OPTION_AS_OF_VERSION, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME, OPTION_SOURCE_SNAPSHOT,
+)
+
+
+def parse_version(text: str) -> int:
+    """A seq from `FOR VERSION AS OF`: an integer, or a Postgres LSN such as 0/16B3748."""
+    text = text.strip().strip("'")
+    try:
+        if "/" in text:
+            hi, lo = text.split("/")
+            return (int(hi, 16) << 32) | int(lo, 16)
+        return int(text)
+    except ValueError as e:
+        raise ConfigError(f"VERSION AS OF {text!r}: give a seq (an integer) or a Postgres LSN like 0/16B3748") from e
 
 
 @dataclass(frozen=True)
@@ -38,11 +59,16 @@ class ScanOptions:
     schema: str
     table: str
     pushed: str | None
+    route: str = "auto"
+    user: str | None = None
     as_of_seq: int | None = None
     as_of_time: float | None = None
+    source_snapshot: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ScanOptions":
+        from htap.pushdown.routing import ROUTES
+
         opts = {k.lower(): v for k, v in options.items()}
         unknown = set(opts) - set(OPTIONS) - {"path"}
         if unknown:
@@ -51,13 +77,25 @@ class ScanOptions:
         if not qualified or "." not in qualified:
             raise ConfigError("option `table` must name an HTAP table as <schema>.<table>")
         schema, table = qualified.split(".", 1)
+        route = opts.get(OPTION_ROUTE, "auto").lower()
+        if route not in ROUTES:
+            raise ConfigError(f"catalog option route={route!r}: use one of {', '.join(ROUTES)}")
+        version = opts.get(OPTION_AS_OF_VERSION) or opts.get(OPTION_AS_OF_SEQ)
         try:
-            as_of_seq = int(opts[OPTION_AS_OF_SEQ]) if opts.get(OPTION_AS_OF_SEQ) else None
             as_of_time = float(opts[OPTION_AS_OF_TIME]) if opts.get(OPTION_AS_OF_TIME) else None
         except ValueError as e:
-            raise ConfigError(f"time travel: {e}; VERSION AS OF takes a seq (an integer)") from e
+            raise ConfigError(f"TIMESTAMP AS OF: {e}") from e
         return cls(
-            opts.get(OPTION_CONFIG), opts.get(OPTION_SOURCE), schema, table, opts.get(OPTION_PUSHED), as_of_seq, as_of_time
+            config=opts.get(OPTION_CONFIG),
+            source=opts.get(OPTION_SOURCE),
+            schema=schema,
+            table=table,
+            pushed=opts.get(OPTION_PUSHED),
+            route=route,
+            user=opts.get(OPTION_USER),
+            as_of_seq=parse_version(version) if version else None,
+            as_of_time=as_of_time,
+            source_snapshot=opts.get(OPTION_SOURCE_SNAPSHOT),
         )
 
 
@@ -90,6 +128,17 @@ class ReplicaPartition(InputPartition):
     pushed: str | None
 
 
+@dataclass(frozen=True)
+class SourcePartition(InputPartition):
+    """A scan answered by the source itself (failover / fallback)."""
+
+    config: str
+    source: str
+    table_id: int
+    pushed: str | None
+    snapshot: str | None  # an exported snapshot to read at, if the caller holds one
+
+
 class HtapDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -107,47 +156,57 @@ class HtapDataSource(DataSource):
 
 
 class HtapReader(DataSourceReader):
+    """Planning (on the driver): route the scan, fix its snapshot, pin it, check access."""
+
     def __init__(self, opts: ScanOptions, schema: StructType):
-        from htap.replica.snapshot import pin_and_plan, seq_for_time
+        import time
+
+        from htap.pushdown.routing import ROUTE_REPLICA, decide
+        from htap.pushdown.source_reader import check_access
+        from htap.replica.snapshot import pin_and_plan, queryable_window, seq_for_time
         from htap.rewrite.subplan import PushedSubplan
 
         cfg, store, table = _open(opts)
+        source = cfg.source(opts.source)
+        self.schema = schema
         try:
-            if not table.readable:
-                raise ReplicaError(
-                    f"HTAP table {table.qualified_name} is not readable yet (state: {table.state}"
-                    f"{'; ' + table.error if table.error else ''}); wait for `htap status` to show it streaming"
-                )
-            if opts.as_of_seq is not None:
-                seq = opts.as_of_seq
-            elif opts.as_of_time is not None:
-                seq = seq_for_time(store, table, opts.as_of_time)
-            else:
-                seq = table.max_safe_seq
             subplan = PushedSubplan.from_json(opts.pushed)
-            plans = pin_and_plan(store, table, seq, cfg.window_s, cfg.pin_ttl_s, subplan)
-            store.record_scan(table.id, "replica", seq, subplan.to_dict())
+            if opts.user:
+                denied = check_access(source, opts.user, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
+                if denied:
+                    raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
+            as_of = opts.as_of_seq
+            if as_of is None and opts.as_of_time is not None:
+                as_of = seq_for_time(store, table, opts.as_of_time)
+            route = decide(table, queryable_window(store, table, cfg.window_s), time.time(), mode=opts.route, as_of=as_of)
+            store.record_scan(table.id, route.target, route.seq, subplan.to_dict(), route.reason)
+            if route.target == ROUTE_REPLICA:
+                plans = pin_and_plan(store, table, route.seq, cfg.window_s, cfg.pin_ttl_s, subplan)
+                self._partitions: list[InputPartition] = [
+                    ReplicaPartition(
+                        config=str(cfg.path),
+                        table_id=table.id,
+                        warehouse=str(cfg.warehouse),
+                        table_label=f"{table.source}.{table.qualified_name}",
+                        table_schema_b64=table.arrow_schema_b64,
+                        key=table.key,
+                        plan=plan,
+                        pushed=opts.pushed,
+                    )
+                    for plan in plans
+                ]
+            else:
+                self._partitions = [SourcePartition(str(cfg.path), source.name, table.id, opts.pushed, opts.source_snapshot)]
         finally:
             store.close()
-        self.schema = schema
-        self._partitions = [
-            ReplicaPartition(
-                config=str(cfg.path),
-                table_id=table.id,
-                warehouse=str(cfg.warehouse),
-                table_label=f"{table.source}.{table.qualified_name}",
-                table_schema_b64=table.arrow_schema_b64,
-                key=table.key,
-                plan=plan,
-                pushed=opts.pushed,
-            )
-            for plan in plans
-        ]
 
     def partitions(self) -> list[InputPartition]:
         return list(self._partitions)
 
-    def read(self, partition: ReplicaPartition) -> Iterator:
+    def read(self, partition) -> Iterator:
+        if isinstance(partition, SourcePartition):
+            yield from self._read_source(partition)
+            return
         try:
             yield from self._read(partition)
         except ReplicaError as e:
@@ -159,6 +218,25 @@ class HtapReader(DataSourceReader):
             with MetadataStore(load_config(partition.config).metadata) as store:
                 store.set_state(partition.table_id, STATE_UNHEALTHY, str(e))
             raise
+
+    def _read_source(self, partition: "SourcePartition") -> Iterator:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from htap.conf import load_config
+        from htap.pushdown.source_reader import read_source
+        from htap.replica.metadata import MetadataStore
+        from htap.rewrite.subplan import PushedSubplan
+
+        cfg = load_config(partition.config)
+        with MetadataStore(cfg.metadata) as store:
+            table = store.table_by_id(partition.table_id)
+        yield from read_source(
+            cfg.source(partition.source),
+            table,
+            PushedSubplan.from_json(partition.pushed),
+            to_arrow_schema(self.schema, timezone="UTC"),
+            partition.snapshot,
+        )
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
         from pathlib import Path

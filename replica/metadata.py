@@ -35,7 +35,7 @@ from htap.replica.models import (
     TableInfo,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 
 _TABLES = [
@@ -46,7 +46,8 @@ _TABLES = [
         "id {serial}, source TEXT NOT NULL, schema_name TEXT NOT NULL, table_name TEXT NOT NULL,"
         " columns_json TEXT NOT NULL, key_json TEXT NOT NULL, arrow_schema TEXT NOT NULL, state TEXT NOT NULL,"
         " copy_seq {int}, max_safe_seq {int}, max_safe_time {real}, error TEXT, partition_bounds TEXT,"
-        " failover {int} NOT NULL DEFAULT 0, created_at {real} NOT NULL, UNIQUE (source, schema_name, table_name)",
+        " failover {int} NOT NULL DEFAULT 0, max_staleness_s {real}, created_at {real} NOT NULL,"
+        " UNIQUE (source, schema_name, table_name)",
     ),
     (
         "deltas",
@@ -257,7 +258,7 @@ class MetadataStore:
 
     _TABLE_COLUMNS = (
         "id, source, schema_name, table_name, columns_json, key_json, arrow_schema, state, copy_seq,"
-        " max_safe_seq, max_safe_time, error, partition_bounds, failover"
+        " max_safe_seq, max_safe_time, error, partition_bounds, failover, max_staleness_s"
     )
 
     def add_table(
@@ -327,6 +328,7 @@ class MetadataStore:
             error=r[11],
             partition_bounds_b64=r[12],
             failover=bool(r[13]),
+            max_staleness_s=r[14],
         )
 
     def set_state(self, table_id: int, state: str, error: str | None = None) -> None:
@@ -336,6 +338,10 @@ class MetadataStore:
     def set_failover(self, table_id: int, on: bool) -> None:
         with self._tx():
             self._x("UPDATE tables SET failover = ? WHERE id = ?", (1 if on else 0, table_id))
+
+    def set_max_staleness(self, table_id: int, seconds: float | None) -> None:
+        with self._tx():
+            self._x("UPDATE tables SET max_staleness_s = ? WHERE id = ?", (seconds, table_id))
 
     def start_copy(self, table_id: int) -> list[str]:
         """Mark a table as copying and forget any deltas of an earlier, interrupted copy.

@@ -46,6 +46,7 @@ class TableInfo:
     error: str | None
     partition_bounds_b64: str | None = None  # split points on the first key column (Arrow IPC)
     failover: bool = False  # reads go to the source
+    max_staleness_s: float | None = None  # older replica state fails reads over to the source
 
     @property
     def qualified_name(self) -> str:

@@ -1,8 +1,12 @@
 package io.sparkhtap;
 
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
+
+import com.fasterxml.jackson.databind.JsonNode;
 
 import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
@@ -23,7 +27,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 public class HtapCatalog implements TableCatalog {
   static final String SHORT_NAME = "htap";
   static final String NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE";
-  private static final Set<String> OPTIONS = Set.of("config", "source");
+  /** Catalog options, passed on to the Python data source (htap.pushdown.datasource). */
+  private static final Set<String> OPTIONS =
+      Set.of("config", "source", "route", "user", "as_of_seq", "source_snapshot");
 
   private String name;
   private Map<String, String> options;
@@ -36,7 +42,8 @@ public class HtapCatalog implements TableCatalog {
         throw new IllegalArgumentException(
             "Unknown option spark.sql.catalog." + name + "." + key
                 + "; spark-htap catalogs take: " + String.join(", ", OPTIONS)
-                + " (config = path of htap.toml, source = source name in it)");
+                + " (config = path of htap.toml, source = source name in it, route = auto|replica|source,"
+                + " user = source user whose privileges reads must respect, as_of_seq, source_snapshot)");
       }
     }
     if (!options.containsKey("config")) {
@@ -57,16 +64,36 @@ public class HtapCatalog implements TableCatalog {
 
   @Override
   public Identifier[] listTables(String[] namespace) throws NoSuchNamespaceException {
-    throw new UnsupportedOperationException(
-        "SHOW TABLES is not built yet in spark-htap; list HTAP tables with `htap tables list`");
+    List<Identifier> out = new ArrayList<>();
+    for (JsonNode t : Bridge.call(options, "list-tables", String.join(".", namespace))) {
+      out.add(Identifier.of(new String[] {t.get(0).asText()}, t.get(1).asText()));
+    }
+    return out.toArray(new Identifier[0]);
   }
 
   @Override
   public Table loadTable(Identifier ident) throws NoSuchTableException {
+    return load(ident, Map.of());
+  }
+
+  /** {@code FOR VERSION AS OF <seq>}: a commit sequence (Postgres: an LSN, as 0/16B3748 or an integer). */
+  @Override
+  public Table loadTable(Identifier ident, String version) throws NoSuchTableException {
+    return load(ident, Map.of("as_of_version", version));
+  }
+
+  /** {@code FOR TIMESTAMP AS OF <ts>}: Spark passes microseconds since the epoch. */
+  @Override
+  public Table loadTable(Identifier ident, long timestampMicros) throws NoSuchTableException {
+    return load(ident, Map.of("as_of_time", Double.toString(timestampMicros / 1e6)));
+  }
+
+  private Table load(Identifier ident, Map<String, String> extra) throws NoSuchTableException {
     if (ident.namespace().length != 1) {
       throw new NoSuchTableException(ident);
     }
     Map<String, String> tableOptions = new HashMap<>(options);
+    tableOptions.putAll(extra);
     tableOptions.put("table", ident.namespace()[0] + "." + ident.name());
     PythonDataSourceV2 ds = newDataSource();
     StructType schema;
@@ -97,9 +124,34 @@ public class HtapCatalog implements TableCatalog {
     return false;
   }
 
+  /**
+   * {@code ALTER TABLE ... SET TBLPROPERTIES ('htap.failover'='true'|'false', 'htap.max_staleness'='<s>')}:
+   * per-table routing settings, kept in the metadata store. Anything else belongs to the source.
+   */
   @Override
-  public Table alterTable(Identifier ident, TableChange... changes) {
-    throw new UnsupportedOperationException("HTAP tables follow their source; alter the table in the source");
+  public Table alterTable(Identifier ident, TableChange... changes) throws NoSuchTableException {
+    String table = ident.namespace()[0] + "." + ident.name();
+    for (TableChange change : changes) {
+      if (change instanceof TableChange.SetProperty) {
+        TableChange.SetProperty set = (TableChange.SetProperty) change;
+        callForTable(ident, "set-property", table, set.property(), set.value());
+      } else if (change instanceof TableChange.RemoveProperty) {
+        callForTable(ident, "set-property", table, ((TableChange.RemoveProperty) change).property(), "");
+      } else {
+        throw new UnsupportedOperationException(
+            "HTAP tables follow their source: change " + table + " in the source; spark-htap only takes"
+                + " SET TBLPROPERTIES ('htap.failover'=..., 'htap.max_staleness'=...)");
+      }
+    }
+    return loadTable(ident);
+  }
+
+  private void callForTable(Identifier ident, String... args) throws NoSuchTableException {
+    try {
+      Bridge.call(options, args);
+    } catch (Bridge.NoSuchTable e) {
+      throw new NoSuchTableException(ident);
+    }
   }
 
   @Override

@@ -28,7 +28,7 @@ public class HtapScan implements Scan {
 
   @Override
   public Batch toBatch() {
-    return python.toBatch();
+    return new HtapBatch(python.toBatch());
   }
 
   @Override

@@ -1,0 +1,130 @@
+"""Issue 5: time travel, failover on and off, automatic failover, access control, SHOW TABLES —
+through spark.sql only."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import current_lsn, normalized, wait_until
+
+
+@pytest.fixture
+def orders(workspace):
+    ws = workspace
+    t = f"{ws.schema}.orders"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, region text NOT NULL, amount numeric(10,2), secret text)")
+    ws.sql(f"INSERT INTO {t} SELECT g, 'r' || (g % 3), g * 1.5, 's' || g FROM generate_series(1, 300) g")
+    ws.htap("tables", "add", t)
+    ws.start_service()
+    ws.wait_readable("orders")
+    return t
+
+
+def last_route(ws, name="orders"):
+    store = ws.store()
+    try:
+        return store.recent_scans(ws.table(name).id, 1)[0]
+    finally:
+        store.close()
+
+
+AGG = "SELECT region, count(*), sum(amount), min(id) FROM {t} WHERE id > 10 GROUP BY region"
+
+
+def test_time_travel_returns_an_earlier_state(workspace, spark, catalog, orders):
+    ws = workspace
+    ws.wait_caught_up("orders")
+    before_seq = ws.table("orders").max_safe_seq
+    before = normalized(ws.sql(f"SELECT * FROM {orders}"))
+    time.sleep(1.2)  # safe points are kept per second
+    before_time = time.time()
+    time.sleep(1.2)
+    ws.sql(f"UPDATE {orders} SET amount = 0 WHERE id <= 100")
+    ws.sql(f"DELETE FROM {orders} WHERE id > 250")
+    ws.wait_caught_up("orders")
+
+    now = normalized(spark.sql(f"SELECT * FROM {catalog}.{orders}").collect())
+    assert now == normalized(ws.sql(f"SELECT * FROM {orders}")) != before
+    by_version = spark.sql(f"SELECT * FROM {catalog}.{orders} VERSION AS OF {before_seq}").collect()
+    assert normalized(by_version) == before
+    assert last_route(ws).route == "replica" and last_route(ws).seq == before_seq
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(before_time))
+    by_time = spark.sql(f"SELECT * FROM {catalog}.{orders} TIMESTAMP AS OF '{stamp}'").collect()
+    assert normalized(by_time) == before
+    with pytest.raises(Exception, match="cannot time travel"):
+        spark.sql(f"SELECT * FROM {catalog}.{orders} VERSION AS OF 1").collect()
+
+
+def test_failover_on_and_off_return_identical_results(workspace, spark, catalog, orders):
+    ws = workspace
+    q = AGG.format(t=f"{catalog}.{orders}")
+    replica = normalized(spark.sql(q).collect())
+    assert last_route(ws).route == "replica"
+
+    spark.sql(f"ALTER TABLE {catalog}.{orders} SET TBLPROPERTIES ('htap.failover' = 'true')")
+    assert ws.table("orders").failover
+    source = normalized(spark.sql(q).collect())
+    scan = last_route(ws)
+    assert scan.route == "source" and "failover is on" in scan.reason
+    assert scan.pushed["aggregates"]  # the same pushed subplan ran on the source
+    assert source == replica == normalized(ws.sql(AGG.format(t=orders)))
+
+    ws.htap("failover", orders, "off")
+    assert normalized(spark.sql(q).collect()) == replica
+    assert last_route(ws).route == "replica"
+
+
+def test_automatic_failover_when_stale_or_unhealthy_and_recovery(workspace, spark, catalog, orders):
+    ws = workspace
+    q = f"SELECT * FROM {catalog}.{orders} WHERE region = 'r1'"
+    spark.sql(f"ALTER TABLE {catalog}.{orders} SET TBLPROPERTIES ('htap.max_staleness' = '30')")
+    ws.stop_service()
+    store = ws.store()
+    with store:  # make the replica look 60 s old
+        store._x("UPDATE tables SET max_safe_time = max_safe_time - 60 WHERE id = ?", (ws.table("orders").id,))
+    ws.sql(f"UPDATE {orders} SET secret = 'fresh' WHERE region = 'r1'")
+    got = normalized(spark.sql(q).collect())
+    assert got == normalized(ws.sql(f"SELECT * FROM {orders} WHERE region = 'r1'"))  # the source's fresh rows
+    assert last_route(ws).route == "source" and "behind" in last_route(ws).reason
+
+    ws.start_service()  # recovery: once the replica catches up, reads return to it
+    wait_until(lambda: ws.table("orders").max_safe_time and time.time() - ws.table("orders").max_safe_time < 5, 30, "fresh replica")
+    ws.wait_caught_up("orders")
+    assert normalized(spark.sql(q).collect()) == got
+    assert last_route(ws).route == "replica"
+
+
+def test_a_user_without_select_gets_a_permission_error_not_data(workspace, spark, orders):
+    ws = workspace
+    role = f"r_{ws.source}"
+    ws.sql(f"CREATE ROLE {role}")
+    try:
+        ws.sql(f"GRANT USAGE ON SCHEMA {ws.schema} TO {role}")
+        ws.sql(f"GRANT SELECT (id, region) ON {orders} TO {role}")
+        cat = f"u_{ws.source}"
+        spark.conf.set(f"spark.sql.catalog.{cat}", "io.sparkhtap.HtapCatalog")
+        spark.conf.set(f"spark.sql.catalog.{cat}.config", str(ws.config))
+        spark.conf.set(f"spark.sql.catalog.{cat}.user", role)
+        allowed = spark.sql(f"SELECT id, region FROM {cat}.{orders} WHERE id < 5").collect()
+        assert normalized(allowed) == normalized(ws.sql(f"SELECT id, region FROM {orders} WHERE id < 5"))
+        with pytest.raises(Exception, match=rf"HTAP_PERMISSION_DENIED.*{role}.*secret"):
+            spark.sql(f"SELECT id, secret FROM {cat}.{orders}").collect()
+    finally:
+        ws.sql(f"DROP OWNED BY {role}")
+        ws.sql(f"DROP ROLE {role}")
+
+
+def test_show_tables_and_bad_properties(workspace, spark, catalog, orders):
+    ws = workspace
+    shown = {(r.namespace, r.tableName) for r in spark.sql(f"SHOW TABLES IN {catalog}.{ws.schema}").collect()}
+    assert shown == {(ws.schema, "orders")}
+    with pytest.raises(Exception, match="unknown table property 'htap.nope'"):
+        spark.sql(f"ALTER TABLE {catalog}.{orders} SET TBLPROPERTIES ('htap.nope' = '1')")
+    with pytest.raises(Exception, match="route='sideways'"):
+        bad = f"b_{ws.source}"
+        spark.conf.set(f"spark.sql.catalog.{bad}", "io.sparkhtap.HtapCatalog")
+        spark.conf.set(f"spark.sql.catalog.{bad}.config", str(ws.config))
+        spark.conf.set(f"spark.sql.catalog.{bad}.route", "sideways")
+        spark.sql(f"SELECT * FROM {bad}.{orders}").collect()
