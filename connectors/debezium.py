@@ -44,11 +44,13 @@ an older version): the events are out of order or lack `source.sequence`.
 **Resume.** `stream(from_seq)` reads the file again from its start (Kafka: from the committed
 offsets) and drops every transaction with seq <= from_seq: nothing skipped, nothing twice.
 
-**Initial copy.** There is none to take: Debezium's snapshot (`op=r` events) is at the start of
-the stream and arrives like any other transaction. `initial_copy` returns an empty copy at seq -1,
-so a table is readable (empty) at once and fills as the stream passes its snapshot. A table
-added after the stream has passed its snapshot only gets later changes; add every table before
-the first `htap serve` (or replay into a fresh replica).
+**Initial copy.** Debezium's own snapshot (`op=r` events) is at the start of the events, so the
+copy replays the events there are now (the file, or the topics from their earliest offsets) for
+that one table and keeps the last version of each row, at the seq of the last complete
+transaction; the stream applies what follows. So a table added later, after the stream has
+passed its snapshot, is complete too. With no events yet the copy is empty at seq -1 and the
+snapshot arrives through the stream. An initial snapshot still being written (no `last` record
+yet) is not complete and stays out of the copy.
 
 **Types.** A column's type is its Kafka Connect schema, kept as `<type>[ <logical name>][(p,s)]`
 (e.g. `int64 io.debezium.time.MicroTimestamp`, `bytes org.apache.kafka.connect.data.Decimal(12,2)`);
@@ -396,6 +398,7 @@ class Assembler:
         self.group_seq = -1
         self.group_time = 0.0
         self.snapshot_open = False  # a snapshot run already streamed its Begin
+        self.snapshot_initial = False  # ... and is Debezium's initial snapshot, complete at its `last` record
         self.loose_refs: list = []
         self.last_input = time.monotonic()
 
@@ -419,7 +422,10 @@ class Assembler:
             self._done(record.ref)  # heartbeats and anything else
 
     def flush(self) -> None:
-        """The input has paused (end of file, quiet Kafka): close the open run."""
+        """The input has paused (end of file, quiet Kafka): close the open run, unless it is an
+        initial snapshot that has not sent its `last` record yet (it goes on when Debezium does)."""
+        if self.group is not None and self.group_key[0] == "snapshot" and self.snapshot_initial:
+            return
         self._close_group()
 
     def _done(self, ref) -> None:
@@ -535,8 +541,12 @@ class Assembler:
         self.group_time = _commit_time(payload)
         self.group.refs.append(record.ref)
         if group_key[0] == "snapshot":
+            mark = str(source.get("snapshot", "")).lower()
+            self.snapshot_initial = mark in ("true", "first", "first_in_data_collection", "last_in_data_collection", "last")
             if self.snapshot_open:
                 self._rows(key, payload, schema, record.key)
+            if mark == "last":
+                self._close_group()  # the snapshot's final record
         else:
             self.group.events.append((0, position, payload, schema, record.key))
 
@@ -934,9 +944,108 @@ class DebeziumSource(ChangeSource):
     def prepare(self) -> None:
         """Nothing to create: Debezium owns the slot or binlog position."""
 
+    def _records_to_end(self, tables: list[tuple[str, str]]) -> Iterator[Record]:
+        """Every record there is now: the whole file or folder, or the topics up to their end offsets."""
+        cfg = self.config
+        if not cfg.bootstrap_servers:
+            yield from iter_file_records(cfg.path)
+            return
+        from kafka import TopicPartition
+
+        consumer = _kafka_consumer(cfg, [], group=False)
+        try:
+            parts = [TopicPartition(t, p) for t in kafka_topics(cfg, tables) for p in sorted(consumer.partitions_for_topic(t) or ())]
+            if not parts:
+                return
+            consumer.assign(parts)
+            consumer.seek_to_beginning(*parts)
+            end = consumer.end_offsets(parts)
+            remaining = {tp for tp in parts if end.get(tp, 0) > 0}
+            stalled = time.monotonic() + 60
+            while remaining:
+                polled = consumer.poll(timeout_ms=1000)
+                for tp, records in polled.items():
+                    for r in records:
+                        if r.offset < end[tp]:
+                            yield Record(r.topic, r.key, r.value)
+                for tp in list(remaining):
+                    if consumer.position(tp) >= end[tp]:
+                        remaining.discard(tp)
+                if polled:
+                    stalled = time.monotonic() + 60
+                elif time.monotonic() > stalled:
+                    raise SourceError(f"Kafka at {cfg.bootstrap_servers} stopped delivering before the end of {sorted(str(t) for t in remaining)}")
+        finally:
+            consumer.close(autocommit=False)
+
     def initial_copy(self, table: TableInfo, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
-        """An empty copy at seq -1: the snapshot is in the stream (op=r events), see the module docstring."""
-        return -1, iter(())
+        """The table as the events there are now leave it, at the seq of the last complete transaction.
+
+        Debezium's own snapshot (`op=r`) is at the start of the events, so the copy replays them
+        (the file, or the topics from their earliest offsets) for this table alone and keeps the
+        final row per key; the stream then applies what comes after that seq. With no events
+        yet, the copy is empty at seq -1 and the snapshot arrives through the stream.
+        """
+        names = [c.name for c in table.columns]
+        key_positions = [names.index(k) for k in table.key]
+        rows: dict[tuple, list] = {}
+        copy_seq, pending = -1, []
+        assembler = Assembler([table], -1, self.config.unavailable_value_placeholder)
+
+        def apply(event) -> None:
+            """Changes count once their transaction commits (a snapshot still running does not)."""
+            nonlocal copy_seq, pending
+            if isinstance(event, Begin):
+                pending = []
+            elif isinstance(event, (RowChange, Truncate)):
+                pending.append(event)
+            elif isinstance(event, Commit):
+                for change in pending:
+                    fold(change)
+                pending = []
+                copy_seq = event.seq
+            elif isinstance(event, Relation):
+                raise TableError(
+                    f"{table.qualified_name} changed columns within the Debezium events (now {list(event.columns)}); "
+                    f"the replica has {names}: add the table again to describe it afresh"
+                )
+
+        def fold(event) -> None:
+            if isinstance(event, Truncate):
+                rows.clear()
+            else:
+                values = event.values
+                key = tuple(values[i] for i in key_positions)
+                if event.op == "delete":
+                    rows.pop(key, None)
+                    return
+                if event.old is not None:
+                    old_key = tuple(event.old[i] for i in key_positions)
+                    if old_key != key:
+                        rows.pop(old_key, None)
+                if UNSET in values:
+                    prev = rows.get(key)
+                    values = [(prev[i] if prev is not None else None) if v is UNSET else v for i, v in enumerate(values)]
+                rows[key] = values
+
+        for record in self._records_to_end([(table.schema, table.name)]):
+            assembler.feed(record)
+            while assembler.out:
+                apply(assembler.out.popleft())
+        assembler.flush()
+        while assembler.out:
+            apply(assembler.out.popleft())
+        log.info("initial copy of %s from the Debezium events: %d rows at seq %s", table.qualified_name, len(rows), copy_seq)
+        schema = table.arrow_schema
+
+        def chunks() -> Iterator[pa.Table]:
+            values = list(rows.values())
+            for start in range(0, len(values), 100_000):
+                part = values[start:start + 100_000]
+                columns = list(zip(*part))
+                yield pa.Table.from_arrays([pa.array(col, f.type) for col, f in zip(columns, schema)], schema=schema)
+
+        return copy_seq, chunks()
 
     def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
         return DebeziumStream(self.config, from_seq, tables)

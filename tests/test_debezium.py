@@ -362,9 +362,8 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     ev.write()
     first_seq = ev.last_seq
 
-    for t in ("customers", "orders"):
-        r = ws.htap("tables", "add", f"public.{t}")
-        assert r.returncode == 0, r.stderr
+    r = ws.htap("tables", "add", "public.customers")
+    assert r.returncode == 0, r.stderr
     described = ws.table("public", "customers")
     assert [c.source_type for c in described.columns][:5] == [
         "int32", "string", "bytes org.apache.kafka.connect.data.Decimal(10,2)", "int32 io.debezium.time.Date",
@@ -372,6 +371,9 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     ] and described.key == ("id",)
     ws.start()
     ws.wait_seq("public", "customers", first_seq)
+    # A table added while the service streams, long after its snapshot: its copy replays the events.
+    r = ws.htap("tables", "add", "public.orders")
+    assert r.returncode == 0, r.stderr
     ws.wait_seq("public", "orders", first_seq)
 
     catalog = f"c_{ws.source}"
