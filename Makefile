@@ -28,3 +28,10 @@ test: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .htap-demo
+
+# TPC-H through Spark: spark-htap replica vs Spark JDBC vs static Parquet (README "Benchmarks").
+# `make bench-tpch SF=0.1` for a quick run; BENCH_ARGS="--queries 1,6" etc. (python -m bench.tpch --help).
+SF ?= 1
+.PHONY: bench-tpch
+bench-tpch: install
+	$(BIN)/python -m bench.tpch --sf $(SF) $(BENCH_ARGS)
