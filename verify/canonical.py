@@ -1,0 +1,150 @@
+"""One canonical text form of a row, computed identically by Postgres (SQL) and DuckDB (Arrow).
+
+The form follows the replica's Arrow type of each column, so both sides spell a value the same
+way whatever the source's text output does:
+
+| Arrow type          | canonical text                                                       |
+|---------------------|----------------------------------------------------------------------|
+| integers            | decimal digits                                                       |
+| boolean             | `t` / `f`                                                            |
+| decimal(p, s)       | the value at scale s (`1.50`)                                        |
+| float32 / float64   | the IEEE bits as a signed integer (exact; NaN and -0 included)       |
+| date                | days since 1970-01-01                                                |
+| timestamp (tz/ntz)  | microseconds since the epoch (UTC)                                   |
+| string              | the source's text output (json, uuid, inet, interval... as copied)   |
+| binary              | lower-case hex                                                       |
+
+A row's text joins its columns with `|`, each as `<byte length>:<text>` or `N` for NULL (so no
+value can imitate another). Its hash is the first 60 bits of md5(row text) as a non-negative
+bigint; a range's checksum is (row count, sum of row hashes): order-independent and exact.
+
+On the replica side float columns are reinterpreted as integers in Arrow (`prepare_batch`)
+before DuckDB sees them; everything else is plain SQL on both sides.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from htap.errors import HtapError
+from htap.replica.models import TableInfo
+
+HASH_HEX_DIGITS = 15  # 60 bits: positive in a bigint on both sides
+
+
+class CanonicalError(HtapError):
+    """A column type the verifier cannot compare exactly yet."""
+
+
+def qi(name: str) -> str:
+    """A quoted identifier (Postgres and DuckDB alike)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _pg_column(name: str, source_type: str, t: pa.DataType) -> str:
+    c = qi(name)
+    if pa.types.is_integer(t):
+        return f"{c}::text"
+    if pa.types.is_boolean(t):
+        return f"CASE WHEN {c} THEN 't' ELSE 'f' END"
+    if pa.types.is_decimal(t):
+        return f"{c}::numeric({t.precision},{t.scale})::text"
+    if pa.types.is_float64(t):
+        return f"('x' || encode(float8send({c}::float8), 'hex'))::bit(64)::bigint::text"
+    if pa.types.is_float32(t):
+        return f"('x' || encode(float4send({c}::float4), 'hex'))::bit(32)::int::text"
+    if pa.types.is_date32(t):
+        return f"({c} - DATE '1970-01-01')::text"
+    if pa.types.is_timestamp(t):
+        return f"(extract(epoch FROM {c}) * 1000000)::bigint::text"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return f"encode({c}, 'hex')"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        # concat() uses the type's output function: char(n) keeps its padding and inet its
+        # form, exactly as the copy and the change stream delivered them.
+        return f"concat({c})"
+    raise CanonicalError(f"column {name} ({source_type}, Arrow {t}) cannot be verified yet")
+
+
+def _duck_column(name: str, t: pa.DataType) -> str:
+    c = qi(name)
+    if pa.types.is_integer(t) or pa.types.is_floating(t):  # floats arrive as their bits (prepare_batch)
+        return f"CAST({c} AS VARCHAR)"
+    if pa.types.is_boolean(t):
+        return f"CASE WHEN {c} THEN 't' ELSE 'f' END"
+    if pa.types.is_decimal(t):
+        return f"CAST({c} AS VARCHAR)"
+    if pa.types.is_date32(t):
+        return f"CAST(date_diff('day', DATE '1970-01-01', {c}) AS VARCHAR)"
+    if pa.types.is_timestamp(t):
+        return f"CAST(epoch_us({c}) AS VARCHAR)"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return f"lower(hex({c}))"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return c
+    raise CanonicalError(f"column {name} (Arrow {t}) cannot be verified yet")
+
+
+def _field(column: str, text: str, dialect: str) -> str:
+    size = f"octet_length({text})::text" if dialect == "postgres" else f"CAST(strlen({text}) AS VARCHAR)"
+    return f"CASE WHEN {qi(column)} IS NULL THEN 'N' ELSE {size} || ':' || {text} END"
+
+
+class Canonical:
+    """The canonical SQL expressions of one table, for Postgres and for DuckDB."""
+
+    def __init__(self, table: TableInfo):
+        schema = table.arrow_schema
+        self.table = table
+        self.columns = list(schema.names)
+        self.key = list(table.key)
+        source_types = {c.name: c.source_type for c in table.columns}
+        self.pg = {f.name: _pg_column(f.name, source_types.get(f.name, "?"), f.type) for f in schema}
+        self.duck = {f.name: _duck_column(f.name, f.type) for f in schema}
+
+    def text(self, dialect: str, columns: list[str] | None = None) -> str:
+        exprs = self.pg if dialect == "postgres" else self.duck
+        parts = [_field(c, exprs[c], dialect) for c in (columns or self.columns)]
+        return " || '|' || ".join(parts)
+
+    def row_md5(self, dialect: str) -> str:
+        return f"md5({self.text(dialect)})"
+
+    def row_hash(self, dialect: str) -> str:
+        md5 = self.row_md5(dialect)
+        if dialect == "postgres":
+            return f"('x' || substr({md5}, 1, {HASH_HEX_DIGITS}))::bit({HASH_HEX_DIGITS * 4})::bigint"
+        return f"CAST('0x' || substr({md5}, 1, {HASH_HEX_DIGITS}) AS BIGINT)"
+
+    def key_text(self, dialect: str) -> str:
+        return self.text(dialect, self.key)
+
+    def column_text(self, dialect: str, column: str) -> str:
+        """One column's part of the row text (NULL-aware)."""
+        return self.text(dialect, [column])
+
+
+def prepare_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Floats as their IEEE bits (int32/int64), so DuckDB prints exactly what Postgres does."""
+    if not any(pa.types.is_floating(f.type) for f in batch.schema):
+        return batch
+    arrays, fields = [], []
+    for col, f in zip(batch.columns, batch.schema):
+        if pa.types.is_float64(f.type):
+            col, f = col.view(pa.int64()), pa.field(f.name, pa.int64())
+        elif pa.types.is_float32(f.type):
+            col, f = col.view(pa.int32()), pa.field(f.name, pa.int32())
+        arrays.append(col)
+        fields.append(f)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def prepared_schema(schema: pa.Schema) -> pa.Schema:
+    fields = []
+    for f in schema:
+        if pa.types.is_float64(f.type):
+            f = pa.field(f.name, pa.int64())
+        elif pa.types.is_float32(f.type):
+            f = pa.field(f.name, pa.int32())
+        fields.append(f)
+    return pa.schema(fields)
