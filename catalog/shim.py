@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 JAVA_SOURCES = Path(__file__).parent / "java"
 CATALOG_CLASS = "io.sparkhtap.HtapCatalog"
+EXTENSIONS_CLASS = "io.sparkhtap.HtapExtensions"  # one snapshot per query
 CACHE_ENV = "HTAP_CACHE_DIR"
 JDK_HINT = "install a JDK 17 (Debian: apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
 
@@ -97,6 +98,7 @@ def spark_conf(catalog: str, config_path: str | os.PathLike, source: str | None 
     """The Spark settings a session needs to read HTAP tables as `<catalog>.<schema>.<table>`."""
     conf = {
         "spark.jars": str(shim_jar()),
+        "spark.sql.extensions": EXTENSIONS_CLASS,
         f"spark.sql.catalog.{catalog}": CATALOG_CLASS,
         f"spark.sql.catalog.{catalog}.config": str(Path(config_path).resolve()),
         # Executors and the planning worker must run a Python that has spark-htap installed.

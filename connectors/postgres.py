@@ -205,6 +205,8 @@ def _copy_chunks(repl, dsn, snapshot, schema, table, columns, work_dir: Path) ->
         conn.rollback()
         # The snapshot is no longer needed: release the temporary slot now.
         repl.close()
+        if spool.stat().st_size == 0:
+            return  # an empty table
         reader = pacsv.open_csv(
             spool,
             read_options=pacsv.ReadOptions(column_names=columns, block_size=COPY_BATCH_BYTES),

@@ -32,9 +32,12 @@ OPTION_AS_OF_VERSION = "as_of_version"  # FOR VERSION AS OF: a seq (Postgres: LS
 OPTION_AS_OF_SEQ = "as_of_seq"  # the same, as a catalog option (e.g. for verification)
 OPTION_AS_OF_TIME = "as_of_time"  # FOR TIMESTAMP AS OF: Unix seconds
 OPTION_SOURCE_SNAPSHOT = "source_snapshot"  # an exported Postgres snapshot for source reads
+OPTION_SNAPSHOT_TOKEN = "snapshot_token"  # set by the snapshot rule: scans of one query share it
+OPTION_SNAPSHOT_TABLES = "snapshot_tables"  # the query's HTAP tables, catalog.schema.table, comma-separated
 OPTIONS = (
     OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_ROUTE, OPTION_USER,
     OPTION_AS_OF_VERSION, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME, OPTION_SOURCE_SNAPSHOT,
+    OPTION_SNAPSHOT_TOKEN, OPTION_SNAPSHOT_TABLES,
 )
 
 
@@ -64,6 +67,8 @@ class ScanOptions:
     as_of_seq: int | None = None
     as_of_time: float | None = None
     source_snapshot: str | None = None
+    snapshot_token: str | None = None
+    snapshot_tables: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ScanOptions":
@@ -96,6 +101,8 @@ class ScanOptions:
             as_of_seq=parse_version(version) if version else None,
             as_of_time=as_of_time,
             source_snapshot=opts.get(OPTION_SOURCE_SNAPSHOT),
+            snapshot_token=opts.get(OPTION_SNAPSHOT_TOKEN),
+            snapshot_tables=tuple(t for t in opts.get(OPTION_SNAPSHOT_TABLES, "").split(",") if t),
         )
 
 
@@ -112,6 +119,25 @@ def _open(opts: ScanOptions):
         store.close()
         raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
     return cfg, store, table
+
+
+def query_snapshot(store, source: str, opts: ScanOptions) -> int | None:
+    """The seq every HTAP scan of this query reads at: fixed by the first scan to plan, as the
+    minimum max safe seq of the query's readable tables of this source."""
+    seqs = []
+    for name in opts.snapshot_tables:
+        parts = name.split(".")
+        if len(parts) < 2:
+            continue
+        try:
+            t = store.get_table(source, parts[-2], parts[-1])
+        except NoSuchTableError:
+            continue  # a table of another catalog or source
+        if t.readable and not t.failover:
+            seqs.append(t.max_safe_seq)
+    if not seqs:
+        return None
+    return store.query_snapshot(opts.snapshot_token, source, min(seqs))
 
 
 @dataclass(frozen=True)
@@ -178,7 +204,11 @@ class HtapReader(DataSourceReader):
             as_of = opts.as_of_seq
             if as_of is None and opts.as_of_time is not None:
                 as_of = seq_for_time(store, table, opts.as_of_time)
-            route = decide(table, queryable_window(store, table, cfg.window_s), time.time(), mode=opts.route, as_of=as_of)
+            snapshot = None
+            if as_of is None and opts.snapshot_token:
+                snapshot = query_snapshot(store, source.name, opts)
+            window = queryable_window(store, table, cfg.window_s)
+            route = decide(table, window, time.time(), mode=opts.route, as_of=as_of, snapshot=snapshot)
             store.record_scan(table.id, route.target, route.seq, subplan.to_dict(), route.reason)
             if route.target == ROUTE_REPLICA:
                 plans = pin_and_plan(store, table, route.seq, cfg.window_s, cfg.pin_ttl_s, subplan)

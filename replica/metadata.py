@@ -35,7 +35,7 @@ from htap.replica.models import (
     TableInfo,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 
 _TABLES = [
@@ -62,6 +62,11 @@ _TABLES = [
         "pins",
         "id {serial}, table_id {int} NOT NULL, seq {int} NOT NULL, holder TEXT NOT NULL,"
         " created_at {real} NOT NULL, expires_at {real} NOT NULL",
+    ),
+    (
+        "query_snapshots",
+        "token TEXT NOT NULL, source TEXT NOT NULL, seq {int} NOT NULL, created_at {real} NOT NULL,"
+        " PRIMARY KEY (token, source)",
     ),
     (
         "scans",
@@ -542,6 +547,21 @@ class MetadataStore:
             for delta_id, _ in rows:
                 self._x("DELETE FROM deltas WHERE id = ?", (delta_id,))
         return [path for _, path in rows]
+
+    # --- query snapshots ------------------------------------------------------------------------
+
+    def query_snapshot(self, token: str, source: str, candidate: int) -> int:
+        """The snapshot seq of one query on one source: the first scan to ask fixes it
+        (`candidate`), every later scan of the same query gets the same seq."""
+        now = time.time()
+        with self._tx():
+            self._x(
+                "INSERT INTO query_snapshots (token, source, seq, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (token, source) DO NOTHING",
+                (token, source, candidate, now),
+            )
+            self._x("DELETE FROM query_snapshots WHERE created_at < ?", (now - 86_400,))
+            return self._one("SELECT seq FROM query_snapshots WHERE token = ? AND source = ?", (token, source))[0]
 
     # --- scans ----------------------------------------------------------------------------------
 

@@ -239,6 +239,9 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
             except HtapError as e:
                 log.error("source %s: %s (retrying in %.0f s)", source.name, e, retry_s)
                 stop.wait(retry_s)
+            except Exception:  # a bug, not bad input: say so loudly, keep the other sources running
+                log.exception("source %s: unexpected failure (retrying in %.0f s)", source.name, retry_s)
+                stop.wait(retry_s)
 
     from htap.replica.compaction import compaction_loop
 

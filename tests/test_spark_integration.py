@@ -128,3 +128,60 @@ def test_show_tables_and_bad_properties(workspace, spark, catalog, orders):
         spark.conf.set(f"spark.sql.catalog.{bad}.config", str(ws.config))
         spark.conf.set(f"spark.sql.catalog.{bad}.route", "sideways")
         spark.sql(f"SELECT * FROM {bad}.{orders}").collect()
+
+
+def test_a_query_reads_all_its_htap_tables_at_one_snapshot_while_a_writer_runs(workspace, spark, catalog):
+    import threading
+
+    import psycopg2
+
+    from conftest import PG_DSN
+
+    ws = workspace
+    accounts, ledger = f"{ws.schema}.accounts", f"{ws.schema}.ledger"
+    ws.sql(f"CREATE TABLE {accounts} (id int PRIMARY KEY, balance bigint NOT NULL)")
+    ws.sql(f"CREATE TABLE {ledger} (id bigserial PRIMARY KEY, account int NOT NULL)")
+    ws.sql(f"INSERT INTO {accounts} SELECT g, 1000 FROM generate_series(1, 50) g")
+    ws.htap("tables", "add", accounts)
+    ws.htap("tables", "add", ledger)
+    ws.start_service()
+    ws.wait_readable("accounts")
+    ws.wait_readable("ledger")
+
+    stop = threading.Event()
+
+    def writer():  # every transaction: one unit leaves an account and is written to the ledger
+        conn = psycopg2.connect(PG_DSN)
+        cur = conn.cursor()
+        i = 0
+        while not stop.is_set():
+            a = i % 50 + 1
+            cur.execute(f"UPDATE {accounts} SET balance = balance - 1 WHERE id = %s", (a,))
+            cur.execute(f"INSERT INTO {ledger} (account) VALUES (%s)", (a,))
+            conn.commit()
+            i += 1
+        conn.close()
+
+    w = threading.Thread(target=writer)
+    w.start()
+    try:
+        invariant = (
+            f"SELECT (SELECT sum(balance) FROM {catalog}.{accounts}) + (SELECT count(*) FROM {catalog}.{ledger})"
+        )
+        joined = (
+            f"SELECT a.id, a.balance, count(l.id) AS moved FROM {catalog}.{accounts} a"
+            f" LEFT JOIN {catalog}.{ledger} l ON l.account = a.id GROUP BY a.id, a.balance"
+        )
+        for _ in range(6):
+            assert spark.sql(invariant).collect()[0][0] == 50 * 1000
+            rows = spark.sql(joined).collect()
+            assert all(r.balance + r.moved == 1000 for r in rows), rows
+            store = ws.store()
+            seqs = {store.recent_scans(ws.table(n).id, 1)[0].seq for n in ("accounts", "ledger")}
+            store.close()
+            assert len(seqs) == 1, seqs  # both tables read at the same snapshot
+    finally:
+        stop.set()
+        w.join()
+    plan = spark.sql("EXPLAIN " + joined).collect()[0][0]
+    assert plan.count("snapshot=") == 2

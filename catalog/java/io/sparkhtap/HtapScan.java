@@ -1,48 +1,93 @@
 package io.sparkhtap;
 
+import java.util.HashMap;
+import java.util.Map;
+
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** Spark's Python scan, described with what was pushed into it (so EXPLAIN shows it). */
 public class HtapScan implements Scan {
-  private final Scan python;
   private final String description;
+  private final String tableName;
+  private final StructType outputSchema;
+  private final Map<String, String> options;
+  private volatile String snapshotToken;
+  private volatile String snapshotTables;
+  private Scan python;
 
-  HtapScan(Scan python, String description) {
-    this.python = python;
+  HtapScan(String tableName, StructType outputSchema, Map<String, String> options, String description) {
+    this.tableName = tableName;
+    this.outputSchema = outputSchema;
+    this.options = options;
     this.description = description;
+  }
+
+  /** "catalog.schema.table" as the query named it. */
+  String tableName() {
+    return tableName;
+  }
+
+  /** Read at the query's shared snapshot (see HtapSnapshotStrategy); before the scan is planned. */
+  synchronized void setSnapshot(String token, String tables) {
+    this.snapshotToken = token;
+    this.snapshotTables = tables;
+    this.python = null;  // rebuild with the snapshot options
+  }
+
+  boolean hasSnapshot() {
+    return snapshotToken != null;
+  }
+
+  /** Spark's own Python scan, built on first use with the final options. */
+  private synchronized Scan python() {
+    if (python == null) {
+      Map<String, String> all = new HashMap<>(options);
+      if (snapshotToken != null) {
+        all.put("snapshot_token", snapshotToken);
+        all.put("snapshot_tables", snapshotTables);
+      }
+      // A fresh Python data source per scan: Spark caches the Python reader on it, and the
+      // reader carries this scan's pushed subplan and snapshot.
+      PythonDataSourceV2 ds = HtapCatalog.newDataSource();
+      python = new PythonScanBuilder(ds, HtapCatalog.SHORT_NAME, outputSchema, new CaseInsensitiveStringMap(all)).build();
+    }
+    return python;
   }
 
   @Override
   public StructType readSchema() {
-    return python.readSchema();
+    return outputSchema;
   }
 
   @Override
   public String description() {
-    return description;
+    return snapshotToken == null ? description : description + " snapshot=" + snapshotToken;
   }
 
   @Override
   public Batch toBatch() {
-    return new HtapBatch(python.toBatch());
+    return new HtapBatch(python().toBatch());
   }
 
   @Override
   public CustomMetric[] supportedCustomMetrics() {
-    return python.supportedCustomMetrics();
+    return python().supportedCustomMetrics();
   }
 
   @Override
   public CustomTaskMetric[] reportDriverMetrics() {
-    return python.reportDriverMetrics();
+    return python().reportDriverMetrics();
   }
 
   @Override
   public ColumnarSupportMode columnarSupportMode() {
-    return python.columnarSupportMode();
+    return python().columnarSupportMode();
   }
 }

@@ -21,8 +21,6 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
-import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
-import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.*;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -168,11 +166,6 @@ public class HtapScanBuilder
     String pushed = pushedJson();
     Map<String, String> scanOptions = new HashMap<>(options);
     scanOptions.put("pushed", pushed);
-    // A fresh Python data source per scan: Spark caches the Python reader on it, and the reader
-    // carries this scan's pushed subplan and snapshot.
-    PythonDataSourceV2 ds = HtapCatalog.newDataSource();
-    Scan python = new PythonScanBuilder(ds, HtapCatalog.SHORT_NAME, outputSchema,
-        new CaseInsensitiveStringMap(scanOptions)).build();
-    return new HtapScan(python, "HtapScan " + tableName + " pushed=" + pushed);
+    return new HtapScan(tableName, outputSchema, scanOptions, "HtapScan " + tableName + " pushed=" + pushed);
   }
 }

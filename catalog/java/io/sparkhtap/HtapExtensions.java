@@ -1,0 +1,24 @@
+package io.sparkhtap;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.execution.SparkStrategy;
+
+import scala.Function1;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/** {@code spark.sql.extensions = io.sparkhtap.HtapExtensions}: adds the one-snapshot-per-query strategy. */
+public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+  @Override
+  public BoxedUnit apply(SparkSessionExtensions extensions) {
+    Function1<SparkSession, SparkStrategy> strategy = new AbstractFunction1<SparkSession, SparkStrategy>() {
+      @Override
+      public SparkStrategy apply(SparkSession session) {
+        return new HtapSnapshotStrategy();
+      }
+    };
+    extensions.injectPlannerStrategy(strategy);
+    return BoxedUnit.UNIT;
+  }
+}
