@@ -39,29 +39,60 @@ PG_JDBC_HINT = "the PostgreSQL JDBC driver is missing: apt-get install -y libpos
 # --- Postgres server CPU ------------------------------------------------------------------------
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU seconds used so far by every process named `postgres`, read from /proc.
+def postmaster_pid(dsn: str) -> int | None:
+    """PID of the server behind `dsn` when it runs on this machine (the parent of our backend)."""
+    conn = data.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            backend = cur.fetchone()[0]
+        ppid = int(_stat_fields(backend)[1])
+        return ppid if _comm(ppid) == "postgres" else None
+    except (OSError, IndexError, ValueError):
+        return None  # a remote server: its CPU cannot be read here
+    finally:
+        conn.close()
+
+
+def _stat(pid: int | str) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().decode("ascii", "replace")
+
+
+def _comm(pid: int | str) -> str:
+    stat = _stat(pid)
+    return stat[stat.index("(") + 1 : stat.rindex(")")]
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    """The fields after `(comm)`: [state, ppid, ..., utime at 11, stime, cutime, cstime at 14, ...]."""
+    stat = _stat(pid)
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def postgres_cpu_seconds(postmaster: int | None) -> float | None:
+    """CPU seconds used so far by one Postgres server (its postmaster and children), from /proc.
 
     utime + stime of the live processes, plus cutime + cstime (the CPU of exited children the
     postmaster has reaped, e.g. backends of closed connections), so the difference of two
-    readings counts backends that came and went in between.
+    readings counts backends that came and went in between. Other Postgres servers on the machine
+    are not counted; None when the server is not local.
     """
-    tick = os.sysconf("SC_CLK_TCK")
+    if postmaster is None:
+        return None
     total = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read().decode("ascii", "replace")
-        except OSError:
+            if _comm(pid) != "postgres":
+                continue
+            fields = _stat_fields(pid)
+        except (OSError, ValueError):
             continue  # exited meanwhile
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if comm != "postgres":
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime (stat fields 14-17)
-    return total / tick
+        if int(pid) == postmaster or int(fields[1]) == postmaster:
+            total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime (stat fields 14-17)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 # --- the spark-htap replica -----------------------------------------------------------------------
@@ -350,19 +381,20 @@ def warm_up(spark, system: str, refs: dict[str, str], sf: float) -> dict[str, in
 
 
 def run_queries(spark, refs: dict[str, dict[str, str]], numbers: list[int], repeats: int, sf: float,
-                timeout_s: float) -> dict[str, SystemRun]:
+                timeout_s: float, postmaster: int | None) -> dict[str, SystemRun]:
     """Query by query, each system in turn runs it `repeats` times (the best counts).
 
     Interleaving the systems per query spreads any other load on the machine over all of them
     alike. Postgres server CPU and wall time are summed over each system's own query windows.
     """
-    runs = {s: SystemRun(s, {}, warm_up(spark, s, r, sf), 0.0, 0.0, []) for s, r in refs.items()}
+    no_cpu = 0.0 if postmaster is not None else float("nan")  # nan: a remote server
+    runs = {s: SystemRun(s, {}, warm_up(spark, s, r, sf), no_cpu, 0.0, []) for s, r in refs.items()}
     for q in numbers:
         for system, run in runs.items():
             text = query_text(q, refs[system], sf)
             result = QueryRun()
             run.loadavg.append(os.getloadavg()[0])
-            cpu0, wall0 = postgres_cpu_seconds(), time.monotonic()
+            cpu0, wall0 = postgres_cpu_seconds(postmaster), time.monotonic()
             for _ in range(repeats):
                 try:
                     elapsed, rows, schema = run_one(spark, text, timeout_s)
@@ -371,7 +403,8 @@ def run_queries(spark, refs: dict[str, dict[str, str]], numbers: list[int], repe
                     break
                 result.seconds.append(elapsed)
                 result.rows, result.schema = rows, schema
-            run.pg_cpu_s += postgres_cpu_seconds() - cpu0
+            if cpu0 is not None:
+                run.pg_cpu_s += postgres_cpu_seconds(postmaster) - cpu0
             run.wall_s += time.monotonic() - wall0
             run.queries[q] = result
             shown = f"{result.best:.2f} s" if result.best is not None else f"FAILED: {result.error}"
