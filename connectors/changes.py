@@ -136,3 +136,8 @@ class ChangeSource(ABC):
     @abstractmethod
     def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
         """Stream commits with seq > from_seq for (at least) `tables`."""
+
+    def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:
+        """Whether rows that existed before `column` was added hold a value for it without any
+        change having been logged for them (a stored or volatile default). Conservative: yes."""
+        return True

@@ -744,6 +744,21 @@ class MySQLSource(ChangeSource):
         log.info("initial copy of %s at %s", table.qualified_name, format_seq(copy_seq))
         return copy_seq, copy_chunks(conn, table)
 
+    def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:
+        # InnoDB's instant ADD COLUMN gives existing rows the default without logging them.
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL' FROM information_schema.COLUMNS"
+                    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND COLUMN_NAME = %s",
+                    (schema, table, column),
+                )
+                row = cur.fetchone()
+                return True if row is None else bool(row[0])
+        finally:
+            conn.close()
+
     def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
         return MySQLStream(self.config, from_seq, tables)
 

@@ -357,6 +357,22 @@ class PostgresSource(ChangeSource):
     def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
         return PostgresStream(self.config, from_seq)
 
+    def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:
+        # A default (stored as the column's "missing value", or a volatile one filled in by a
+        # table rewrite) gives existing rows a value that no WAL record carries.
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT a.atthasmissing OR EXISTS (SELECT 1 FROM pg_attrdef d WHERE d.adrelid = a.attrelid"
+                    " AND d.adnum = a.attnum) FROM pg_attribute a WHERE a.attrelid = %s::regclass AND a.attname = %s",
+                    (sql.Identifier(schema, table).as_string(conn), column),
+                )
+                row = cur.fetchone()
+                return True if row is None else bool(row[0])
+        finally:
+            conn.close()
+
 
 def check_select(dsn: str, user: str, schema: str, table: str, columns: list[str]) -> str | None:
     """None if `user` may SELECT `columns` of the table in the source, else why not.

@@ -10,6 +10,8 @@ point and range lookups by key skip most of the work.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
     from htap.replica.snapshot import ReadPlan
 
 BATCH_ROWS = 64 * 1024
+# Test switch, never set in use: `1` makes replica reads treat a pushed `<` as `<=`, a wrong
+# pushdown that `htap verify replay` must catch (tests/test_verify_replay.py).
+BREAK_PUSHDOWN_ENV = "HTAP_TEST_BREAK_PUSHDOWN"
 
 
 def _ident(name: str) -> str:
@@ -86,6 +91,9 @@ def replica_sql(
     """The DuckDB query that reads the versions in `files` (or a registered relation's name) at
     `seq` and applies `subplan`. `strategy` (see htap.replica.snapshot.ReadPlan) avoids the
     general per-key merge when the deltas' shape allows it."""
+    if os.environ.get(BREAK_PUSHDOWN_ENV) == "1":
+        broken = tuple(dataclasses.replace(f, op="le") if f.op == "lt" else f for f in subplan.filters)
+        subplan = dataclasses.replace(subplan, filters=broken)
     wanted = subplan.referenced_columns()
     needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
@@ -118,6 +126,29 @@ def replica_sql(
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
 
 
+def evolved(delta_versions: list[int] | None, added_versions: dict[str, int] | None) -> bool:
+    """Whether some delta predates a column or the deltas differ in physical schema."""
+    if not delta_versions:
+        return False
+    oldest = min(delta_versions)
+    return len(set(delta_versions)) > 1 or any(v > oldest for v in (added_versions or {}).values())
+
+
+def versioned_source(files: list[str], versions: list[int], added: dict[str, int] | None, columns: list[str]) -> str:
+    """The deltas as one relation in the current logical schema: per schema version, the
+    columns that version had, NULL for columns added later; dropped columns are not selected."""
+    added = added or {}
+    groups: dict[int, list[str]] = {}
+    for f, v in zip(files, versions):
+        groups.setdefault(v, []).append(f)
+    parts = []
+    for v, group in sorted(groups.items()):
+        cols = [_ident(c) if added.get(c, 1) <= v else f"NULL AS {_ident(c)}" for c in columns]
+        cols += [_ident(SEQ), _ident(OP), _ident(UNSET_MASK)]
+        parts.append(f"SELECT {', '.join(cols)} FROM {parquet_source(group)}")
+    return "(" + " UNION ALL BY NAME ".join(parts) + ")"
+
+
 def parquet_source(files: list[str]) -> str:
     return "read_parquet([" + ", ".join(exp.Literal.string(f).sql("duckdb") for f in files) + "])"
 
@@ -135,15 +166,23 @@ def read_replica(
     floor: int | None = None,
     partial: bool = False,
     strategy: str = "merge",
+    delta_versions: list[int] | None = None,
+    added_versions: dict[str, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`."""
+    """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`.
+
+    `delta_versions` (the schema version of each file) and `added_versions` (columns added after
+    version 1) let deltas written under older logical schemas be read under the current one."""
     files = [str(warehouse / p) for p in delta_paths]
     for f in files:
         if not Path(f).is_file():
             raise ReplicaError(f"delta file {f} of table {table_label} is missing; the replica is damaged")
     con = engine.cursor()
-    if files:
-        source: list[str] | str = files
+    if files and evolved(delta_versions, added_versions):
+        source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
+        strategy = "merge"
+    elif files:
+        source = files
     else:
         con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
         source, strategy = "__no_deltas", "merge"
@@ -179,4 +218,5 @@ def read_plan(
     return read_replica(
         warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, subplan, output_schema,
         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
+        delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
     )

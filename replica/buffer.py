@@ -27,7 +27,26 @@ class TableBuffer:
         self.values_format = values_format
         self.names = [c.name for c in table.columns]
         self.key_positions = [self.names.index(k) for k in table.key]
+        self.frozen: list[tuple[TableInfo, pa.Table]] = []
         self._reset()
+
+    def retable(self, table: TableInfo) -> None:
+        """The table's logical schema changed: rows buffered so far keep the old one."""
+        if len(self):
+            self.frozen.append((self.table, self.drain()))
+        self.table = table
+        self.names = [c.name for c in table.columns]
+        self.key_positions = [self.names.index(k) for k in table.key]
+        self._reset()
+
+    def drain_all(self) -> list[tuple[TableInfo, pa.Table]]:
+        """Everything buffered, each part with the table schema it was buffered under."""
+        parts = self.frozen + ([(self.table, self.drain())] if len(self) else [])
+        self.frozen = []
+        return parts
+
+    def pending(self) -> bool:
+        return bool(self.frozen) or len(self) > 0
 
     def _reset(self) -> None:
         self.columns: list[list] = [[] for _ in self.names]

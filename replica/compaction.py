@@ -26,7 +26,7 @@ import duckdb
 from htap import engine
 from htap.conf import HtapConfig
 from htap.errors import HtapError, ReplicaError
-from htap.pushdown.replica_reader import latest_versions_sql, parquet_source
+from htap.pushdown.replica_reader import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.deltas import write_delta
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, STATE_UNHEALTHY, UNSET_MASK, TableInfo
@@ -92,7 +92,9 @@ def merge(
             raise ReplicaError(f"delta file {f} of table {table.source}.{table.qualified_name} is missing")
     columns = table.arrow_schema.names
     keys = ", ".join(f'"{k}"' for k in table.key)
-    source = parquet_source(files)
+    versions = [d.schema_version for d in inputs]
+    added = {c.name: c.added_version for c in table.columns if c.added_version > 1}
+    source = versioned_source(files, versions, added, columns) if evolved(versions, added) else parquet_source(files)
     if gc is None:
         sql = f"SELECT * FROM {source} ORDER BY {keys}, \"{SEQ}\" DESC"
     else:

@@ -81,6 +81,7 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
         part=part,
         deletes=deletes,
         unique_keys=_unique_sorted_keys(data, list(table.key)),
+        schema_version=table.schema_version,
     )
 
 

@@ -14,6 +14,7 @@ guarded transaction (compare-and-swap on the inputs still being live).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -35,7 +36,7 @@ from htap.replica.models import (
     TableInfo,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 
 _TABLES = [
@@ -46,7 +47,8 @@ _TABLES = [
         "id {serial}, source TEXT NOT NULL, schema_name TEXT NOT NULL, table_name TEXT NOT NULL,"
         " columns_json TEXT NOT NULL, key_json TEXT NOT NULL, arrow_schema TEXT NOT NULL, state TEXT NOT NULL,"
         " copy_seq {int}, max_safe_seq {int}, max_safe_time {real}, error TEXT, partition_bounds TEXT,"
-        " failover {int} NOT NULL DEFAULT 0, max_staleness_s {real}, created_at {real} NOT NULL,"
+        " failover {int} NOT NULL DEFAULT 0, max_staleness_s {real}, schema_version {int} NOT NULL DEFAULT 1,"
+        " created_at {real} NOT NULL,"
         " UNIQUE (source, schema_name, table_name)",
     ),
     (
@@ -54,6 +56,7 @@ _TABLES = [
         "id {serial}, table_id {int} NOT NULL, part {int} NOT NULL DEFAULT 0, path TEXT NOT NULL UNIQUE,"
         " min_seq {int} NOT NULL, max_seq {int} NOT NULL, rows {int} NOT NULL, bytes {int} NOT NULL,"
         " partial_rows {int} NOT NULL DEFAULT 0, deletes {int} NOT NULL DEFAULT 0, unique_keys {int} NOT NULL DEFAULT 0,"
+        " schema_version {int} NOT NULL DEFAULT 1,"
         " created_at {real} NOT NULL, retired_at {real}",
     ),
     ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),
@@ -92,6 +95,7 @@ class NewDelta:
     part: int = 0
     deletes: int = 0
     unique_keys: bool = False
+    schema_version: int = 1
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,10 @@ class _Postgres(_Backend):
         self.conn.close()
 
 
+def _columns_json(columns: list[Column]) -> str:
+    return json.dumps([[c.name, c.source_type, c.nullable, c.added_version] for c in columns])
+
+
 def is_postgres_location(location: str | Path) -> bool:
     return str(location).startswith(("postgresql://", "postgres://"))
 
@@ -263,7 +271,7 @@ class MetadataStore:
 
     _TABLE_COLUMNS = (
         "id, source, schema_name, table_name, columns_json, key_json, arrow_schema, state, copy_seq,"
-        " max_safe_seq, max_safe_time, error, partition_bounds, failover, max_staleness_s"
+        " max_safe_seq, max_safe_time, error, partition_bounds, failover, max_staleness_s, schema_version"
     )
 
     def add_table(
@@ -281,7 +289,7 @@ class MetadataStore:
                     source,
                     schema,
                     name,
-                    json.dumps([[col.name, col.source_type, col.nullable] for col in columns]),
+                    _columns_json(columns),
                     json.dumps(key),
                     arrow_schema,
                     STATE_PENDING,
@@ -323,7 +331,7 @@ class MetadataStore:
             source=r[1],
             schema=r[2],
             name=r[3],
-            columns=tuple(Column(n, t, bool(nullable)) for n, t, nullable in json.loads(r[4])),
+            columns=tuple(Column(*c[:3], *c[3:]) for c in json.loads(r[4])),
             key=tuple(json.loads(r[5])),
             arrow_schema_b64=r[6],
             state=r[7],
@@ -334,11 +342,34 @@ class MetadataStore:
             partition_bounds_b64=r[12],
             failover=bool(r[13]),
             max_staleness_s=r[14],
+            schema_version=r[15],
         )
 
     def set_state(self, table_id: int, state: str, error: str | None = None) -> None:
         with self._tx():
             self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (state, error, table_id))
+
+    def alter_schema(self, table_id: int, columns: list[Column], arrow_schema: str, version: int) -> None:
+        """A new logical schema (metadata only: deltas keep their physical columns)."""
+        with self._tx():
+            self._x(
+                "UPDATE tables SET columns_json = ?, arrow_schema = ?, schema_version = ? WHERE id = ?",
+                (_columns_json(columns), arrow_schema, version, table_id),
+            )
+
+    def redefine(self, table_id: int, columns: list[Column], key: list[str], arrow_schema: str) -> None:
+        """Start the table's schema history over (before a fresh copy, which leaves no deltas)."""
+        with self._tx():
+            self._x(
+                "UPDATE tables SET columns_json = ?, key_json = ?, arrow_schema = ?, schema_version = 1 WHERE id = ?",
+                (_columns_json([dataclasses.replace(c, added_version=1) for c in columns]), json.dumps(list(key)),
+                 arrow_schema, table_id),
+            )
+
+    def resync(self, table_id: int, reason: str) -> None:
+        """Have the service copy the table again (a change the replica cannot follow in place)."""
+        with self._tx():
+            self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (STATE_PENDING, reason, table_id))
 
     def set_failover(self, table_id: int, on: bool) -> None:
         with self._tx():
@@ -440,12 +471,14 @@ class MetadataStore:
         for d in deltas:
             self._x(
                 "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes,"
-                " unique_keys, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " unique_keys, schema_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (d.table_id, d.part, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, d.deletes,
-                 int(d.unique_keys), now),
+                 int(d.unique_keys), d.schema_version, now),
             )
 
-    _DELTA_COLUMNS = "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes, unique_keys"
+    _DELTA_COLUMNS = (
+        "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes, unique_keys, schema_version"
+    )
 
     def deltas(self, table_id: int, part: int | None = None) -> list[Delta]:
         """Live deltas of a table (or of one partition), oldest first."""

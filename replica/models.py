@@ -28,6 +28,7 @@ class Column:
     name: str
     source_type: str  # the source's spelling, e.g. "numeric(12,2)"
     nullable: bool
+    added_version: int = 1  # schema version that added it: older deltas hold no value for it
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class TableInfo:
     partition_bounds_b64: str | None = None  # split points on the first key column (Arrow IPC)
     failover: bool = False  # reads go to the source
     max_staleness_s: float | None = None  # older replica state fails reads over to the source
+    schema_version: int = 1  # logical schema version; each delta records the one it was written in
 
     @property
     def qualified_name(self) -> str:
@@ -93,3 +95,4 @@ class Delta:
     partial_rows: int = 0  # versions with unset columns (reads then fill them from older versions)
     deletes: int = 0  # delete versions
     unique_keys: bool = False  # at most one version per key: reads need no merge within it
+    schema_version: int = 1  # the table's schema version when written (its physical columns)

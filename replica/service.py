@@ -42,11 +42,13 @@ from htap.replica.models import (
     STATE_STREAMING,
     STATE_UNHEALTHY,
     TableInfo,
+    encode_schema,
 )
 
 log = logging.getLogger(__name__)
 
 PENDING_CHECK_S = 2.0
+SCHEMA_CHECK_S = 5.0  # eager detection of changes the change stream does not show (column types)
 
 
 class SourceIngest:
@@ -78,6 +80,11 @@ class SourceIngest:
         sorted delta per partition, then make them visible with the copy seq in one step."""
         for stale in self.store.start_copy(table.id):
             (self.cfg.warehouse / stale).unlink(missing_ok=True)
+        # The source's schema now (it may have changed since the table was added).
+        columns, key = self.source.describe_table(table.schema, table.name)
+        arrow = pa.schema([pa.field(c.name, self.source.arrow_type(c.source_type)) for c in columns])
+        self.store.redefine(table.id, columns, key, encode_schema(arrow))
+        table = self.store.table_by_id(table.id)
         stage = self.cfg.warehouse / "_tmp" / f"copy-{table.id}-{uuid.uuid4().hex[:8]}"
         stage.mkdir(parents=True)
         try:
@@ -113,6 +120,61 @@ class SourceIngest:
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
+    # --- schema changes -------------------------------------------------------------------------
+
+    def follow_schema(self, table: TableInfo, buffer: TableBuffer, columns: tuple[str, ...]) -> TableInfo | None:
+        """The source's rows for `table` now carry `columns`. Adding columns (that existing rows
+        hold no value for) and dropping columns change only the logical schema; any other change
+        has the table copied again. Returns the new table, or None when it is re-copied."""
+        old = [c.name for c in table.columns]
+        described, key = self.source.describe_table(table.schema, table.name)
+        by_name = {c.name: c for c in described}
+        kept = [c for c in columns if c in old]
+        added = [c for c in columns if c not in old]
+        dropped = [c for c in old if c not in columns]
+        reason = None
+        if [c.name for c in described] != list(columns):
+            reason = "the source schema changed again since this change"
+        elif kept != [c for c in old if c in columns] or tuple(key) != table.key or set(dropped) & set(table.key):
+            reason = "columns were renamed, reordered or the key changed"
+        elif any(by_name[c.name].source_type != c.source_type for c in table.columns if c.name in by_name):
+            reason = "a column's type changed"
+        elif any(self.source.existing_rows_have_value(table.schema, table.name, c) for c in added):
+            reason = "an added column gives existing rows a (default) value"
+        elif any(d.partial_rows for d in self.store.deltas(table.id)):
+            reason = "the table has partial rows recorded under the old column order"
+        if reason is not None:
+            log.warning("%s: schema change (%s): copying the table again", table.qualified_name, reason)
+            self.store.resync(table.id, f"re-copying after a schema change: {reason}")
+            return None
+        version = table.schema_version + 1
+        new_columns = [c for c in table.columns if c.name in columns] + [
+            dataclasses.replace(by_name[c], added_version=version) for c in added
+        ]
+        arrow = pa.schema([pa.field(c.name, self.source.arrow_type(c.source_type)) for c in new_columns])
+        self.store.alter_schema(table.id, new_columns, encode_schema(arrow), version)
+        changed = self.store.table_by_id(table.id)
+        buffer.retable(changed)
+        log.info("%s: schema version %d: added %s, dropped %s (metadata only)", table.qualified_name, version, added, dropped)
+        return changed
+
+    def changed_types(self, tables: list[TableInfo]) -> list[int]:
+        """Tables whose columns changed type in the source (same names): they are copied again.
+        Added and dropped columns are followed when the stream shows them (follow_schema)."""
+        changed = []
+        for table in tables:
+            try:
+                described, _ = self.source.describe_table(table.schema, table.name)
+            except HtapError as e:
+                log.warning("%s: cannot check its schema: %s", table.qualified_name, e)
+                continue
+            now = {c.name: c.source_type for c in described}
+            if set(now) == {c.name for c in table.columns} and any(now[c.name] != c.source_type for c in table.columns):
+                log.warning("%s: a column changed type in the source: copying the table again", table.qualified_name)
+                self.store.resync(table.id, "re-copying after a column type change")
+                changed.append(table.id)
+        return changed
+
     # --- streaming ----------------------------------------------------------------------------
 
     def stream(self) -> None:
@@ -132,6 +194,7 @@ class SourceIngest:
         interval = self.cfg.flush_interval_s
         next_flush = time.monotonic() + interval
         next_pending_check = time.monotonic() + PENDING_CHECK_S
+        next_schema_check = time.monotonic() + SCHEMA_CHECK_S
 
         def unhealthy(tid: int, error: HtapError) -> None:
             log.error("%s: marked unhealthy: %s", tables[tid].qualified_name, error)
@@ -142,7 +205,13 @@ class SourceIngest:
         def checkpoint(stream) -> None:
             nonlocal position, buffered, next_flush
             safe = max(position, last_commit)
-            deltas = [d for b in buffers.values() if len(b) for d in write_partitioned(self.cfg.warehouse, b.table, b.drain())]
+            deltas = [
+                d
+                for b in buffers.values()
+                if b.pending()
+                for table, data in b.drain_all()
+                for d in write_partitioned(self.cfg.warehouse, table, data)
+            ]
             self.store.commit_checkpoint(self.config.name, deltas, safe, time.time(), truncations)
             if deltas or truncations:
                 log.info("checkpoint at seq %s: %d changes in %d deltas", safe, buffered, len(deltas))
@@ -165,6 +234,11 @@ class SourceIngest:
                     if now >= next_flush:
                         checkpoint(stream)
                         stream.request_progress()
+                    if now >= next_schema_check:
+                        next_schema_check = now + SCHEMA_CHECK_S
+                        for tid in self.changed_types(list(tables.values())):
+                            buffers.pop(tid, None)
+                            tables.pop(tid, None)
                     if now >= next_pending_check:
                         next_pending_check = now + PENDING_CHECK_S
                         if any(t.state == STATE_PENDING for t in self.store.list_tables(self.config.name)):
@@ -178,6 +252,11 @@ class SourceIngest:
                     if skip_txn or tid not in buffers or txn_seq <= (tables[tid].copy_seq or 0):
                         continue
                     buf = buffers[tid]
+                    if len(event.values) != len(buf.names):  # never misalign values and columns
+                        self.store.resync(tid, f"a change carried {len(event.values)} columns, the replica has {len(buf.names)}")
+                        buffers.pop(tid)
+                        tables.pop(tid)
+                        continue
                     try:
                         if event.op == "delete":
                             buf.delete(event.values, txn_seq)
@@ -202,11 +281,14 @@ class SourceIngest:
                         last_commit = max(last_commit, event.seq)
                 elif isinstance(event, Relation):
                     tid = by_name.get((event.schema, event.table))
-                    if tid in buffers:
-                        try:
-                            buffers[tid].check_columns(event.columns)
-                        except SchemaChanged as e:
-                            unhealthy(tid, e)
+                    stale = skip_txn or (in_txn and tid in tables and txn_seq <= (tables[tid].copy_seq or 0))
+                    if tid in buffers and not stale and list(event.columns) != buffers[tid].names:
+                        changed = self.follow_schema(tables[tid], buffers[tid], event.columns)
+                        if changed is None:
+                            buffers.pop(tid)
+                            tables.pop(tid)
+                        else:
+                            tables[tid] = changed
                 elif isinstance(event, Truncate):
                     for schema, name in event.tables:
                         tid = by_name.get((schema, name))

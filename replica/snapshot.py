@@ -38,6 +38,8 @@ class ReadPlan:
     floor: int | None  # versions below it were truncated away
     partial: bool  # some version lacks columns (partial update): reads must fill them
     strategy: str = "merge"  # "merge", "direct" (one delta, one version per key) or "base" (see below)
+    delta_versions: tuple[int, ...] = ()  # schema version each delta was written in
+    added_versions: tuple[tuple[str, int], ...] = ()  # columns added after the first schema version
     # With strategy "base": delta_paths[0] holds one version per key, every other delta is newer
     # than all of it and carries full rows, so a key's newest version in the others wins outright.
 
@@ -92,6 +94,8 @@ def plan_reads(
                 floor=floor,
                 partial=any(d.partial_rows for d in mine),
                 strategy=read_strategy(mine),
+                delta_versions=tuple(d.schema_version for d in mine),
+                added_versions=tuple((c.name, c.added_version) for c in table.columns if c.added_version > 1),
             )
         )
     return plans
