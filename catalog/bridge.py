@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         source = cfg.source(args.source)
         with MetadataStore(cfg.metadata) as store:
             if args.command == "list-tables":
+                from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
+
                 tables = [[t.schema, t.name] for t in store.list_tables(source.name)]
+                tables += [[SYSTEM_SCHEMA, name] for name in SCHEMAS]
                 print(json.dumps([t for t in tables if not args.namespace or t[0] == args.namespace]))
             else:
                 schema, name = args.table.split(".", 1)

@@ -172,13 +172,58 @@ class HtapDataSource(DataSource):
 
     def schema(self) -> str:
         from htap.pushdown.spark_types import spark_ddl
+        from htap.pushdown.system_tables import SCHEMAS, is_system_table
 
-        _, store, table = _open(ScanOptions.parse(self.options))
+        opts = ScanOptions.parse(self.options)
+        if is_system_table(opts.schema, opts.table):
+            return spark_ddl(SCHEMAS[opts.table])
+        _, store, table = _open(opts)
         store.close()
         return spark_ddl(table.arrow_schema)
 
-    def reader(self, schema: StructType) -> "HtapReader":
-        return HtapReader(ScanOptions.parse(self.options), schema)
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from htap.pushdown.system_tables import is_system_table
+
+        opts = ScanOptions.parse(self.options)
+        if is_system_table(opts.schema, opts.table):
+            return SystemTableReader(opts, schema)
+        return HtapReader(opts, schema)
+
+
+@dataclass(frozen=True)
+class SystemPartition(InputPartition):
+    batches: bytes  # the system table's rows after the pushed subplan, as Arrow IPC
+
+
+class SystemTableReader(DataSourceReader):
+    """`<catalog>.htap.tables` / `.freshness`: built on the driver from the metadata store."""
+
+    def __init__(self, opts: ScanOptions, schema: StructType):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from htap.conf import load_config
+        from htap.pushdown.system_tables import query, rows
+        from htap.replica.metadata import MetadataStore
+        from htap.rewrite.subplan import PushedSubplan
+
+        cfg = load_config(opts.config)
+        output = to_arrow_schema(schema, timezone="UTC")
+        with MetadataStore(cfg.metadata) as store:
+            batches = query(rows(store, cfg.window_s, opts.table), PushedSubplan.from_json(opts.pushed), output)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, output) as w:
+            for b in batches:
+                w.write_batch(b)
+        self._partition = SystemPartition(sink.getvalue().to_pybytes())
+
+    def partitions(self) -> list[InputPartition]:
+        return [self._partition]
+
+    def read(self, partition: SystemPartition) -> Iterator:
+        import pyarrow as pa
+
+        yield from pa.ipc.open_stream(pa.py_buffer(partition.batches))
 
 
 class HtapReader(DataSourceReader):

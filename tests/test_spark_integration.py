@@ -185,3 +185,23 @@ def test_a_query_reads_all_its_htap_tables_at_one_snapshot_while_a_writer_runs(w
         w.join()
     plan = spark.sql("EXPLAIN " + joined).collect()[0][0]
     assert plan.count("snapshot=") == 2
+
+
+def test_system_tables_show_state_and_the_last_routing_decision(workspace, spark, catalog, orders):
+    ws = workspace
+    spark.sql(f"SELECT count(*) FROM {catalog}.{orders}").collect()
+    row = spark.sql(
+        f"SELECT state, deltas, max_safe_seq, failover, last_route, last_route_reason FROM {catalog}.htap.tables"
+        f" WHERE schema_name = '{ws.schema}' AND table_name = 'orders'"
+    ).collect()
+    assert len(row) == 1
+    r = row[0]
+    assert r.state == "streaming" and r.deltas >= 1 and r.max_safe_seq == ws.table("orders").max_safe_seq or r.max_safe_seq
+    assert r.failover is False and r.last_route == "replica"
+    ws.htap("failover", orders, "on")
+    spark.sql(f"SELECT count(*) FROM {catalog}.{orders}").collect()
+    r = spark.sql(f"SELECT failover, last_route, last_route_reason FROM {catalog}.htap.tables WHERE table_name = 'orders'").collect()[0]
+    assert r.failover is True and r.last_route == "source" and "failover is on" in r.last_route_reason
+    fresh = spark.sql(f"SELECT table_name, delay_s, max_safe_time FROM {catalog}.htap.freshness").collect()
+    assert [f.table_name for f in fresh] == ["orders"] and fresh[0].delay_s is not None
+    assert {r.tableName for r in spark.sql(f"SHOW TABLES IN {catalog}.htap").collect()} == {"tables", "freshness"}

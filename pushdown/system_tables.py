@@ -1,0 +1,79 @@
+"""System tables: `<catalog>.htap.tables` and `<catalog>.htap.freshness`, readable with SQL.
+
+Built from the metadata store at planning time; the pushed subplan (filters, columns, partial
+aggregates) runs on them in DuckDB like on any replica table, so nothing pushed is dropped.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+
+from htap import engine
+from htap.replica.metadata import MetadataStore
+from htap.replica.snapshot import queryable_window
+from htap.rewrite import render
+from htap.rewrite.subplan import PushedSubplan
+from sqlglot import exp
+
+SYSTEM_SCHEMA = "htap"
+
+TABLES = pa.schema([
+    ("source", pa.string()), ("schema_name", pa.string()), ("table_name", pa.string()), ("state", pa.string()),
+    ("deltas", pa.int64()), ("row_versions", pa.int64()), ("bytes", pa.int64()),
+    ("min_safe_seq", pa.int64()), ("max_safe_seq", pa.int64()), ("delay_s", pa.float64()),
+    ("failover", pa.bool_()), ("max_staleness_s", pa.float64()), ("schema_version", pa.int64()),
+    ("last_route", pa.string()), ("last_route_reason", pa.string()), ("last_route_at", pa.timestamp("us", tz="UTC")),
+    ("error", pa.string()),
+])
+FRESHNESS = pa.schema([
+    ("source", pa.string()), ("schema_name", pa.string()), ("table_name", pa.string()),
+    ("max_safe_seq", pa.int64()), ("max_safe_time", pa.timestamp("us", tz="UTC")), ("delay_s", pa.float64()),
+    ("source_position", pa.int64()),
+])
+SCHEMAS = {"tables": TABLES, "freshness": FRESHNESS}
+
+
+def is_system_table(schema: str, table: str) -> bool:
+    return schema == SYSTEM_SCHEMA and table in SCHEMAS
+
+
+def rows(store: MetadataStore, window_s: float, which: str) -> pa.Table:
+    now = time.time()
+    out = []
+    for t in store.list_tables():
+        delay = None if t.max_safe_time is None else max(0.0, now - t.max_safe_time)
+        if which == "freshness":
+            out.append({
+                "source": t.source, "schema_name": t.schema, "table_name": t.name, "max_safe_seq": t.max_safe_seq,
+                "max_safe_time": None if t.max_safe_time is None else int(t.max_safe_time * 1e6),
+                "delay_s": delay, "source_position": store.source_position(t.source),
+            })
+            continue
+        n, versions, size = store.delta_stats(t.id)
+        window = queryable_window(store, t, window_s)
+        scans = store.recent_scans(t.id, 1)
+        last = scans[0] if scans else None
+        out.append({
+            "source": t.source, "schema_name": t.schema, "table_name": t.name, "state": t.state,
+            "deltas": n, "row_versions": versions, "bytes": size,
+            "min_safe_seq": window.min_seq if window else None, "max_safe_seq": t.max_safe_seq, "delay_s": delay,
+            "failover": t.failover, "max_staleness_s": t.max_staleness_s, "schema_version": t.schema_version,
+            "last_route": last.route if last else None, "last_route_reason": last.reason if last else None,
+            "last_route_at": int(last.at * 1e6) if last else None, "error": t.error,
+        })
+    return pa.Table.from_pylist(out, schema=SCHEMAS[which])
+
+
+def query(data: pa.Table, subplan: PushedSubplan, output: pa.Schema) -> list[pa.RecordBatch]:
+    """Apply the pushed subplan to a system table's rows."""
+    con = engine.cursor()
+    try:
+        con.register("system_rows", data)
+        sql = render.select(subplan, exp.to_table("system_rows"), data.schema.names).sql("duckdb")
+        result = con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
+    arrays = [col.combine_chunks().cast(f.type) for col, f in zip(result.columns, output)]
+    return pa.Table.from_arrays(arrays, schema=output).to_batches() if result.num_rows else []
