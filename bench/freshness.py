@@ -1,0 +1,164 @@
+"""Freshness and ingest benchmark (issue 4).
+
+  python -m bench.freshness [--rate 2000] [--seconds 60] [--scale 10]
+
+Runs pgbench (TPC-B) at a fixed rate against a Postgres database of its own while `htap serve`
+replicates the pgbench tables, and reports:
+- freshness: p50/p99 of (time a commit became visible in the replica - time it committed),
+  sampled by noting the source's WAL position every 50 ms and when the replica's max safe seq
+  passes it;
+- the sustained change rate the replica absorbed during the run;
+- ingest throughput: one bulk transaction updating every account row, and the row changes per
+  second until the replica has it.
+Targets: p50 < 1 s and p99 < 3 s at 2,000 transactions/s; >= 20k row changes/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg2
+
+from htap.connectors.postgres import lsn_to_int
+
+DB = "htap_bench"
+
+
+def progress(msg: str) -> None:
+    print(f"[bench.freshness] {msg}", flush=True)
+
+
+def pgbench() -> str:
+    found = shutil.which("pgbench") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pgbench"))), None)
+    if not found:
+        sys.exit("pgbench not found: install postgresql-contrib / the Postgres server package")
+    return found
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", default="5432")
+    p.add_argument("--user", default="postgres")
+    p.add_argument("--rate", type=int, default=2000, help="pgbench transactions per second")
+    p.add_argument("--seconds", type=int, default=60)
+    p.add_argument("--scale", type=int, default=10, help="pgbench scale (100k accounts each)")
+    p.add_argument("--json", default="bench/results/freshness.json")
+    args = p.parse_args(argv)
+    base = f"host={args.host} port={args.port} user={args.user}"
+    admin = psycopg2.connect(f"{base} dbname=postgres")
+    admin.autocommit = True
+    cur = admin.cursor()
+    cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'htap_bench' AND NOT active")
+    cur.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    cur.execute(f"CREATE DATABASE {DB}")
+    env = {**os.environ, "PGHOST": args.host, "PGPORT": args.port, "PGUSER": args.user}
+    progress(f"pgbench -i -s {args.scale}")
+    subprocess.run([pgbench(), "-i", "-q", "-s", str(args.scale), DB], check=True, env=env, capture_output=True)
+
+    work = Path(tempfile.mkdtemp(prefix="htap-fresh-"))
+    dsn = f"{base} dbname={DB}"
+    htap = [sys.executable, "-m", "htap.cli", "--config", str(work / "htap.toml")]
+    subprocess.run([*htap, "init", "--dsn", dsn, "--source", "bench"], check=True, capture_output=True)
+    for t in ("pgbench_accounts", "pgbench_branches", "pgbench_tellers"):  # pgbench_history has no key
+        subprocess.run([*htap, "tables", "add", f"public.{t}"], check=True, capture_output=True)
+    log = open(work / "serve.log", "wb")
+    service = subprocess.Popen([*htap, "serve"], stdout=log, stderr=log)
+
+    from htap.conf import load_config
+    from htap.replica.metadata import MetadataStore
+
+    store = MetadataStore(load_config(work / "htap.toml").metadata)
+
+    def safe() -> int:
+        seqs = [t.max_safe_seq or 0 for t in store.list_tables("bench")]
+        return min(seqs) if seqs and all(t.readable for t in store.list_tables("bench")) else 0
+
+    results: dict = {"rate_tps": args.rate, "seconds": args.seconds, "scale": args.scale}
+    try:
+        while not safe():
+            time.sleep(0.2)
+        progress("initial copy done; starting pgbench")
+        src = psycopg2.connect(dsn)
+        src.autocommit = True
+        scur = src.cursor()
+        versions0 = sum(store.delta_stats(t.id)[1] for t in store.list_tables("bench"))
+        bench = subprocess.Popen(
+            [pgbench(), "-n", "-R", str(args.rate), "-T", str(args.seconds), "-c", "8", "-j", "2", "-P", "10", DB],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        samples: list[tuple[float, int]] = []
+        delays: list[float] = []
+        started = time.time()
+        while bench.poll() is None or samples:
+            now = time.time()
+            if bench.poll() is None:
+                scur.execute("SELECT pg_current_wal_lsn()")
+                samples.append((now, lsn_to_int(scur.fetchone()[0])))
+            s = safe()
+            while samples and samples[0][1] - 1 <= s:
+                t0, _ = samples.pop(0)
+                delays.append(now - t0)
+            if time.time() - started > args.seconds + 60:
+                break
+            time.sleep(0.05)
+        out = bench.stdout.read()
+        elapsed = time.time() - started
+        tps = next((float(l.split("=")[1].split()[0]) for l in out.splitlines() if l.startswith("tps =")), None)
+        versions1 = sum(store.delta_stats(t.id)[1] for t in store.list_tables("bench"))
+        results["freshness"] = {
+            "p50_s": float(np.percentile(delays, 50)), "p99_s": float(np.percentile(delays, 99)),
+            "max_s": float(max(delays)), "samples": len(delays), "pgbench_tps": tps,
+            "row_changes_per_s": (versions1 - versions0) / elapsed,
+        }
+        progress(f"pgbench done: {tps} tps; freshness p50 {results['freshness']['p50_s']:.3f} s, p99 {results['freshness']['p99_s']:.3f} s")
+
+        n = args.scale * 100_000
+        before = safe()
+        t0 = time.time()
+        scur.execute("UPDATE pgbench_accounts SET abalance = abalance + 1")
+        scur.execute("SELECT pg_current_wal_lsn()")
+        target = lsn_to_int(scur.fetchone()[0]) - 1
+        committed = time.time()
+        while safe() < target:
+            time.sleep(0.05)
+        caught = time.time()
+        results["ingest"] = {"row_changes": n, "commit_s": committed - t0, "catch_up_s": caught - committed,
+                             "row_changes_per_s": n / max(caught - committed, 1e-9), "from_seq": before}
+        progress(f"bulk update of {n} rows replicated in {caught - committed:.2f} s after commit")
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+        store.close()
+        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'htap_bench'")
+        cur.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        admin.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    f, i = results["freshness"], results["ingest"]
+    print()
+    print(f"{'benchmark':<44} {'measured':>12} {'target':>10}")
+    print(f"{'freshness p50 (s) at ' + str(args.rate) + ' tps':<44} {f['p50_s']:>12.3f} {'< 1':>10}")
+    print(f"{'freshness p99 (s)':<44} {f['p99_s']:>12.3f} {'< 3':>10}")
+    print(f"{'pgbench tps achieved':<44} {f['pgbench_tps'] or 0:>12.0f}")
+    print(f"{'row changes/s absorbed during the run':<44} {f['row_changes_per_s']:>12,.0f}")
+    print(f"{'ingest: bulk row changes/s (one process)':<44} {i['row_changes_per_s']:>12,.0f} {'>= 20k':>10}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
