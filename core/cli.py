@@ -120,18 +120,23 @@ def cmd_serve(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from htap.status import table_statuses
+    from htap.status import source_statuses, table_statuses
 
-    statuses = table_statuses(_config(args))
+    cfg = _config(args)
+    statuses = table_statuses(cfg)
     if args.json:
         print(json.dumps([s.to_dict() for s in statuses], indent=2))
         return 0
-    header = f"{'table':<32} {'state':<12} {'rows':>10} {'deltas':>6} {'max safe lsn':>14} {'delay s':>8}"
-    print(header)
+    for src in source_statuses(cfg):
+        lag = "-" if src.lag_s is None else f"{src.lag_s:.1f} s"
+        print(f"source {src.source} ({src.kind}): position {src.position_text or '-'}, lag {lag}, "
+              f"{src.tables} tables, {src.unhealthy} unhealthy")
+    print(f"{'table':<32} {'state':<12} {'rows':>10} {'deltas':>6} {'max safe position':>22} {'delay s':>8}  route")
     for s in statuses:
         rows = "-" if s.rows is None else str(s.rows)
         delay = "-" if s.delay_s is None else f"{s.delay_s:.1f}"
-        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.deltas:>6} {s.max_safe_lsn or '-':>14} {delay:>8}")
+        route = "failover on" if s.failover else (s.last_route or "-").split(":")[0]
+        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
         if s.error:
             print(f"    error: {s.error}")
     return 0

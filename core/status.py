@@ -1,4 +1,5 @@
-"""What `htap status` reports per HTAP table: state, rows, deltas, safe seq and delay."""
+"""What `htap status` reports: per source its durable position and lag, per HTAP table its
+state, rows, deltas, safe seq, delay, routing and errors."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from htap.conf import HtapConfig
-from htap.connectors.postgres import int_to_lsn
+from htap.connectors.registry import format_seq
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import TableInfo
 
@@ -21,8 +22,10 @@ class TableStatus:
     row_versions: int
     bytes: int
     max_safe_seq: int | None
-    max_safe_lsn: str | None
+    max_safe_position: str | None  # the seq in the source's own notation (LSN, binlog position)
     delay_s: float | None  # now - the wall clock at which max_safe_seq was known current
+    failover: bool
+    last_route: str | None
     error: str | None
 
     def to_dict(self) -> dict:
@@ -52,6 +55,7 @@ def table_statuses(cfg: HtapConfig) -> list[TableStatus]:
     try:
         out = []
         now = time.time()
+        kinds = {name: s.kind for name, s in cfg.sources.items()}
         for t in store.list_tables():
             n, versions, size = store.delta_stats(t.id)
             out.append(
@@ -64,11 +68,43 @@ def table_statuses(cfg: HtapConfig) -> list[TableStatus]:
                     row_versions=versions,
                     bytes=size,
                     max_safe_seq=t.max_safe_seq,
-                    max_safe_lsn=None if t.max_safe_seq is None else int_to_lsn(t.max_safe_seq),
+                    max_safe_position=format_seq(kinds.get(t.source, ""), t.max_safe_seq),
                     delay_s=None if t.max_safe_time is None else round(max(0.0, now - t.max_safe_time), 3),
+                    failover=t.failover,
+                    last_route=next((f"{s.route}: {s.reason}" for s in store.recent_scans(t.id, 1)), None),
                     error=t.error,
                 )
             )
         return out
     finally:
         store.close()
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    source: str
+    kind: str
+    position: int | None  # every change up to it is durable in the replica
+    position_text: str | None
+    lag_s: float | None  # now - when that position was last confirmed current
+    tables: int
+    unhealthy: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
+    with MetadataStore(cfg.metadata) as store:
+        now = time.time()
+        out = []
+        for name, src in cfg.sources.items():
+            tables = store.list_tables(name)
+            position = store.source_position(name)
+            at = store.source_position_time(name)
+            out.append(SourceStatus(
+                source=name, kind=src.kind, position=position, position_text=format_seq(src.kind, position),
+                lag_s=None if at is None else round(max(0.0, now - at), 3), tables=len(tables),
+                unhealthy=sum(t.state == "unhealthy" for t in tables),
+            ))
+        return out

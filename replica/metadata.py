@@ -450,6 +450,10 @@ class MetadataStore:
         row = self._one("SELECT position FROM sources WHERE name = ?", (source,))
         return None if row is None else row[0]
 
+    def source_position_time(self, source: str) -> float | None:
+        row = self._one("SELECT position_time FROM sources WHERE name = ?", (source,))
+        return None if row is None else row[0]
+
     def seq_at(self, source: str, at: float) -> int | None:
         """The newest safe seq the source had reached at wall clock `at` (None if none yet)."""
         row = self._one("SELECT max(seq) FROM safe_points WHERE source = ? AND at <= ?", (source, at))

@@ -181,6 +181,6 @@ def test_status_reports_rows_deltas_and_delay(workspace):
     assert row["state"] == "streaming"
     assert row["rows"] == 1
     assert row["deltas"] >= 2  # the copy and the delete
-    assert row["delay_s"] is not None and row["max_safe_lsn"]
+    assert row["delay_s"] is not None and "/" in row["max_safe_position"]  # a Postgres LSN
     text = ws.htap("status").stdout
-    assert t in text and "streaming" in text
+    assert t in text and "streaming" in text and f"source {ws.source} (postgres): position" in text
