@@ -115,9 +115,11 @@ def test_injected_divergence_is_reported_by_exact_key(workspace, items):
     (suite,) = (out / "expectations").glob("*.json")
     v = json.loads(suite.read_text())
     assert v["suite_name"] == f"htap_verify.{ws.source}.{items}" and v["success"] is False
-    failed = {r["expectation_config"]["type"]: r for r in v["results"] if not r["success"]}
-    assert failed["expect_replica_to_contain_every_source_key"]["result"]["unexpected_list"] == [{"id": 5001}]
-    assert v["statistics"]["evaluated_expectations"] == len(v["results"]) == 5
+    failed = {r["expectation_config"]["kwargs"].get("description"): r for r in v["results"] if not r["success"]}
+    assert failed["every source row's key is in the replica"]["result"]["details"]["unexpected_rows"] == [{"id": 5001}]
+    assert failed["every replica row's key is in the source"]["result"]["observed_value"] == 1
+    assert {r["expectation_config"]["type"] for r in v["results"]} == {"expect_table_row_count_to_equal", "unexpected_rows_expectation"}
+    assert v["statistics"]["evaluated_expectations"] == len(v["results"]) == 5 and v["statistics"]["successful_expectations"] == 1  # the row counts agree: 1 missing, 1 extra
 
     # --mark-unhealthy: the table fails over to the source
     verify(ws, "--range-rows", "300", "--mark-unhealthy", items, check_rc=1)

@@ -3,9 +3,10 @@
 Written as JSON in the layout of Great Expectations 1.x's `ExpectationSuiteValidationResult`
 (`success`, `results[]` of `ExpectationValidationResult` with `expectation_config` {`type`,
 `kwargs`, `meta`}, `result`, `exception_info`; `suite_name`, `statistics`, `meta`), without
-depending on the great_expectations package (it pulls in scipy, altair, pydantic, ...). A
-project that uses GX loads each file with
-`ExpectationSuiteValidationResult(**json.load(f))` and renders it in Data Docs.
+depending on the great_expectations package (it pulls in scipy, altair, pydantic, ...). Checked
+against great_expectations 1.24: a project that uses GX loads each file with
+`ExpectationSuiteValidationResultSchema().load(json.load(f))` and renders it with
+`ValidationResultsPageRenderer` / Data Docs.
 """
 
 from __future__ import annotations
@@ -15,23 +16,21 @@ import re
 import uuid
 from pathlib import Path
 
-# One expectation per check the verifier makes. The first is GX's own; the others are custom
-# expectation types (GX renders unknown types generically).
-ROW_COUNT = "expect_table_row_count_to_equal_other_table"
-NO_MISSING = "expect_replica_to_contain_every_source_key"
-NO_EXTRA = "expect_replica_to_contain_no_key_absent_from_source"
-NO_DIFFERENT = "expect_replica_rows_to_equal_source_rows"
-ALL_RANGES = "expect_replica_range_checksums_to_equal_source"
+# Only built-in GX expectation types, with their own kwargs (so Data Docs can render them):
+# the row count, and one `unexpected_rows_expectation` per kind of difference, whose query
+# documents the check; what it found is the result (observed_value = rows, details = keys).
+ROW_COUNT = "expect_table_row_count_to_equal"
+UNEXPECTED_ROWS = "unexpected_rows_expectation"
 
 
 def suite_name(source: str, table: str) -> str:
     return f"htap_verify.{source}.{table}"
 
 
-def _result(success: bool, type_: str, kwargs: dict, result: dict, error: str | None = None) -> dict:
+def _result(success: bool, type_: str, kwargs: dict, result: dict, meta: dict, error: str | None = None) -> dict:
     return {
         "success": success,
-        "expectation_config": {"type": type_, "kwargs": kwargs, "meta": {}},
+        "expectation_config": {"type": type_, "kwargs": kwargs, "meta": meta},
         "result": result,
         "meta": {},
         "exception_info": {
@@ -42,44 +41,56 @@ def _result(success: bool, type_: str, kwargs: dict, result: dict, error: str | 
     }
 
 
-def _unexpected(count: int, listed: list, total: int) -> dict:
-    return {
-        "element_count": total,
-        "unexpected_count": count,
-        "unexpected_percent": (100.0 * count / total) if total else 0.0,
-        "partial_unexpected_list": listed[:20],
-        "unexpected_list": listed,
-    }
+def _rows_check(what: str, query: str, count: int, listed: list, meta: dict) -> dict:
+    return _result(
+        count == 0,
+        UNEXPECTED_ROWS,
+        {"unexpected_rows_query": query, "description": what},
+        {"observed_value": count, "details": {"unexpected_rows": listed}},
+        meta,
+    )
 
 
 def table_validation(report: dict, table: dict) -> dict:
     """The validation result of one table of a `verify_data` report."""
     name = table["table"]
+    snapshot = report["snapshot"]
     batch = {"datasource_name": f"htap.{report['source']}", "data_asset_name": name}
-    total = table["source_rows"]
-    common = {"table": name, "key": table["key"], "seq": table["seq"]}
-    error = table["error"]
-    if error:
-        results = [_result(False, ALL_RANGES, common, {}, error)]
+    key = ", ".join(table["key"])
+    at_source = f"{name} /* source, snapshot {snapshot['source_snapshot']} */"
+    meta = {"table": name, "key": table["key"], "seq": table["seq"], "ranges": table["ranges"]}
+    if table["error"]:
+        results = [
+            _result(False, ROW_COUNT, {"value": table["source_rows"]}, {"observed_value": None}, meta, table["error"])
+        ]
     else:
         results = [
             _result(
                 table["source_rows"] == table["replica_rows"],
                 ROW_COUNT,
-                {"other_table_name": f"{report['source']}:{name} (source at the snapshot)", **common},
-                {"observed_value": {"self": table["replica_rows"], "other": table["source_rows"]}},
+                {"value": table["source_rows"]},
+                {"observed_value": table["replica_rows"]},
+                {**meta, "description": "replica rows at the seq = source rows at the snapshot"},
             ),
-            _result(table["missing_count"] == 0, NO_MISSING, common, _unexpected(table["missing_count"], table["missing"], total)),
-            _result(table["extra_count"] == 0, NO_EXTRA, common, _unexpected(table["extra_count"], table["extra"], table["replica_rows"])),
-            _result(
-                table["different_count"] == 0, NO_DIFFERENT, common,
-                _unexpected(table["different_count"], table["different"], total),
+            _rows_check(
+                "every source row's key is in the replica",
+                f"SELECT {key} FROM {at_source} EXCEPT SELECT {key} FROM {{batch}}",
+                table["missing_count"], table["missing"], meta,
             ),
-            _result(
-                not table["mismatched_ranges"],
-                ALL_RANGES,
-                {**common, "ranges": table["ranges"]},
-                {"observed_value": len(table["mismatched_ranges"]), "details": {"mismatched_ranges": table["mismatched_ranges"]}},
+            _rows_check(
+                "every replica row's key is in the source",
+                f"SELECT {key} FROM {{batch}} EXCEPT SELECT {key} FROM {at_source}",
+                table["extra_count"], table["extra"], meta,
+            ),
+            _rows_check(
+                "rows with the same key are equal",
+                f"SELECT {key} FROM {{batch}} r JOIN {at_source} s USING ({key}) WHERE r.* IS DISTINCT FROM s.*",
+                table["different_count"], table["different"], meta,
+            ),
+            _rows_check(
+                "every key range's (row count, row hash sum) is equal",
+                f"SELECT range FROM ranges WHERE checksum({{batch}}, range) <> checksum({at_source}, range)",
+                len(table["mismatched_ranges"]), table["mismatched_ranges"], meta,
             ),
         ]
     ok = sum(1 for r in results if r["success"])
@@ -97,13 +108,12 @@ def table_validation(report: dict, table: dict) -> dict:
         "meta": {
             "great_expectations_version": "1.x layout (written by spark-htap)",
             "active_batch_definition": batch,
-            "batch_markers": {"htap_seq": table["seq"], **report["snapshot"]},
+            "batch_markers": {"htap_seq": table["seq"], **snapshot},
             "batch_spec": batch,
             "run_id": {"run_name": f"htap verify data {report['started_at']}", "run_time": report["started_at"]},
             "validation_time": report["started_at"],
             "validation_id": str(uuid.uuid4()),
         },
-        "batch_id": f"htap.{report['source']}-{name}",
         "id": None,
     }
 
