@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
+import threading
 import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import psycopg2
 import pytest
 
-from conftest import HTAP
+from conftest import HTAP, PG_DSN
 
 SAMPLE = Path(__file__).resolve().parent.parent / "verify" / "samples" / "tpch_queries.sql"
 
@@ -117,14 +120,50 @@ def replay(ws, log: Path, out: Path, env: dict | None = None) -> subprocess.Comp
     )
 
 
+def writer(ws, stop: threading.Event, commits: list) -> None:
+    """Transactions on orders and lineitem until stopped (the replay must not see any of them)."""
+    conn = psycopg2.connect(PG_DSN)
+    rnd = random.Random(3)
+    new = 10_000
+    try:
+        while not stop.is_set():
+            with conn, conn.cursor() as cur:
+                o = rnd.randint(1, 600)
+                cur.execute(f"UPDATE {ws.schema}.lineitem SET l_quantity = l_quantity + 1,"
+                            f" l_extendedprice = l_extendedprice + 10 WHERE l_orderkey = %s", (o,))
+                cur.execute(f"UPDATE {ws.schema}.orders SET o_totalprice = o_totalprice + 1 WHERE o_orderkey = %s", (o,))
+                if rnd.random() < 0.3:
+                    new += 1
+                    cur.execute(f"INSERT INTO {ws.schema}.orders SELECT %s, o_custkey, o_orderstatus, o_totalprice,"
+                                f" o_orderdate, o_orderpriority, o_clerk, o_shippriority, o_comment"
+                                f" FROM {ws.schema}.orders WHERE o_orderkey = %s", (new, o))
+                    cur.execute(f"INSERT INTO {ws.schema}.lineitem SELECT %s, l_partkey, l_suppkey, l_linenumber,"
+                                f" l_quantity, l_extendedprice, l_discount, l_tax, l_returnflag, l_linestatus, l_shipdate,"
+                                f" l_commitdate, l_receiptdate, l_shipinstruct, l_shipmode, l_comment"
+                                f" FROM {ws.schema}.lineitem WHERE l_orderkey = %s", (new, o))
+            commits[0] += 1
+            time.sleep(0.1)
+    finally:
+        conn.close()
+
+
 def test_replay_tpch_log_all_agree_and_deduplicates(tpch, spark, capsys):
-    """In this process, on the tests' Spark session (the CLI and its exit status: the next test)."""
+    """In this process, on the tests' Spark session (the CLI and its exit status: the next test),
+    while a writer commits to orders and lineitem: both sides read the one snapshot."""
     from htap.conf import load_config
     from htap.verify.replay import ReplayOptions, run_replay
 
     ws = tpch
     started = time.monotonic()
-    rc = run_replay(load_config(ws.config), [str(SAMPLE)], ReplayOptions(out=ws.root / "ok"), spark=spark)
+    stop, commits = threading.Event(), [0]
+    thread = threading.Thread(target=writer, args=(ws, stop, commits), daemon=True)
+    thread.start()
+    try:
+        rc = run_replay(load_config(ws.config), [str(SAMPLE)], ReplayOptions(out=ws.root / "ok"), spark=spark)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert commits[0] > 20  # writes went on during the replay
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err[-5000:]
     report = json.loads((ws.root / "ok" / "replay.json").read_text())
