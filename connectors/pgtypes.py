@@ -47,8 +47,15 @@ _TIMESTAMP_P = re.compile(r"^(timestamp|time)\(\d\) (with|without) time zone$")
 
 
 def arrow_type(pg_type: str) -> pa.DataType:
-    """Arrow type for a Postgres type as `format_type()` spells it; TableError if unsupported."""
+    """Arrow type for a Postgres type as `format_type()` spells it; TableError if unsupported.
+
+    One-dimensional arrays of the scalar types map to Arrow lists (Spark ARRAY)."""
     t = pg_type.strip().lower()
+    if t.endswith("[]"):
+        element = arrow_type(t[:-2])
+        if pa.types.is_binary(element) or pa.types.is_timestamp(element) or pa.types.is_date(element):
+            raise TableError(f"column type {pg_type!r} is not supported yet; exclude the table or change the column type")
+        return pa.list_(element)
     t = _TIMESTAMP_P.sub(r"\1 \2 time zone", t)
     if t in _SIMPLE:
         return _SIMPLE[t]
@@ -71,6 +78,8 @@ def decode_text_column(values: pa.Array, target: pa.DataType) -> pa.Array:
     """Postgres text-format strings (nulls allowed) -> an Arrow array of `target`, vectorized."""
     if pa.types.is_string(target):
         return values
+    if pa.types.is_list(target):
+        return _decode_array(values, target)
     if pa.types.is_boolean(target):
         return pc.equal(values, "t")
     if pa.types.is_binary(target):
@@ -85,3 +94,27 @@ def decode_text_column(values: pa.Array, target: pa.DataType) -> pa.Array:
             con.close()
         return pc.cast(decoded.column(0).combine_chunks(), pa.binary())
     return pc.cast(values, target)
+
+
+_DUCKDB_ELEMENT = {"int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT", "float": "FLOAT", "double": "DOUBLE",
+                   "bool": "BOOLEAN", "string": "VARCHAR"}
+
+
+def _decode_array(values: pa.Array, target: pa.ListType) -> pa.Array:
+    """Postgres array text ('{1,2,NULL}', '{a,"b c"}') -> an Arrow list, cast by DuckDB."""
+    from htap import engine
+
+    element = target.value_type
+    if pa.types.is_decimal(element):
+        sql_type = f"DECIMAL({element.precision},{element.scale})"
+    else:
+        sql_type = _DUCKDB_ELEMENT[str(element)]
+    if pc.any(pc.starts_with(values, "{{")).as_py():
+        raise TableError("multi-dimensional arrays are not supported yet")
+    con = engine.cursor()
+    try:
+        con.register("arrays", pa.table({"v": values}))
+        out = con.sql(f"SELECT CAST('[' || substr(v, 2, length(v) - 2) || ']' AS {sql_type}[]) AS v FROM arrays")
+        return out.to_arrow_table().column(0).combine_chunks().cast(target)
+    finally:
+        con.close()

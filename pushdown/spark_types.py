@@ -30,6 +30,8 @@ def spark_type(t: pa.DataType) -> str:
         return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return "BINARY"
+    if pa.types.is_list(t):
+        return f"ARRAY<{spark_type(t.value_type)}>"
     raise TableError(f"Arrow type {t} has no Spark mapping")
 
 

@@ -46,7 +46,8 @@ def test_add_and_drop_columns_are_metadata_only(workspace, spark, catalog):
 
     cfg = load_config(ws.config)
     store = ws.store()
-    assert compact_table(cfg, store, ws.table("items"), Policy(min_bytes=1 << 40, ratio=2, max_deltas=1)) >= 1
+    while compact_table(cfg, store, ws.table("items"), Policy(min_bytes=1 << 40, ratio=2, max_deltas=1)):
+        pass  # (the service's own compactor may have done some of it already)
     assert {d.schema_version for d in store.deltas(ws.table("items").id)} == {3}
     store.close()
     assert same(ws, spark, catalog, t)

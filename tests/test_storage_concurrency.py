@@ -19,13 +19,14 @@ from storage_support import DirectTable
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("note", pa.string())])
 WINDOW_S = 1.0  # small, so the GC seq keeps moving while readers hold pins
+PIN_TTL_S = 4.0  # readers never release pins (as in Spark): they expire, so GC gets to run
 
 
 def test_reads_stay_exact_while_compaction_and_gc_run(tmp_path):
     table = DirectTable(tmp_path, SCHEMA, ["k"], [20, 40])
     cfg = HtapConfig(
         path=tmp_path / "htap.toml", warehouse=table.warehouse, metadata=table.store.location,
-        flush_interval_s=0.1, flush_max_changes=1000, window_s=WINDOW_S, pin_ttl_s=30.0,
+        flush_interval_s=0.1, flush_max_changes=1000, window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S,
     )
     policy = Policy(min_bytes=1, ratio=2.0, max_deltas=3)
     history: dict[int, dict] = {0: {}}

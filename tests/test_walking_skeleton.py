@@ -17,13 +17,14 @@ CREATE TABLE {t} (
   id bigint PRIMARY KEY,
   small smallint, num integer, price numeric(12,2), ratio double precision, score real,
   name text, code varchar(8), active boolean, born date, seen timestamp, at timestamptz,
-  token uuid, doc jsonb, blob bytea
+  token uuid, doc jsonb, blob bytea, tags text[], scores integer[], weights numeric(6,2)[]
 )"""
 TYPES_ROW = (
     "INSERT INTO {t} SELECT g, (g % 100)::smallint, g * 7, g * 1.25, g / 3.0, g / 7.0, 'name ' || g,"
     " 'c' || (g % 5), g % 2 = 0, date '2020-01-01' + g, timestamp '2021-03-04 05:06:07.123456' + g * interval '1 hour',"
     " timestamptz '2021-03-04 05:06:07+02' + g * interval '1 minute', md5(g::text)::uuid,"
-    " jsonb_build_object('g', g), decode(lpad(to_hex(g), 8, '0'), 'hex')"
+    " jsonb_build_object('g', g), decode(lpad(to_hex(g), 8, '0'), 'hex'),"
+    " ARRAY['t' || g, NULL, 'a \"quoted\", b'], ARRAY[g, g + 1], ARRAY[g * 0.25]::numeric(6,2)[]"
     " FROM generate_series({lo}, {hi}) g"
 )
 
@@ -43,7 +44,10 @@ def test_spark_returns_exactly_the_source_rows_and_follows_changes(workspace, sp
     ws.wait_readable("items")
 
     # The source side as Spark types it: float4 widened exactly, jsonb as its text.
-    query = f"SELECT id, small, num, price, ratio, score::float8, name, code, active, born, seen, at, token, doc::text, blob FROM {t}"
+    query = (
+        f"SELECT id, small, num, price, ratio, score::float8, name, code, active, born, seen, at, token, doc::text, blob,"
+        f" tags, scores, weights FROM {t}"
+    )
     spark_query = f"SELECT * FROM {catalog}.{t}"
     assert normalized(spark.sql(spark_query).collect()) == source_rows(ws, query)
 
