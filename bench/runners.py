@@ -249,6 +249,8 @@ def spark_session(htap_config: Path, jdbc: JdbcSettings, driver_memory: str, shu
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = {
         **spark_conf(HTAP_CATALOG, htap_config),
+        # Read the replica or fail: never fall back to the source silently during the benchmark.
+        f"spark.sql.catalog.{HTAP_CATALOG}.route": "replica",
         **jdbc.catalog_conf(),
         "spark.jars": ",".join(jars),
         "spark.driver.memory": driver_memory,
@@ -283,6 +285,14 @@ def table_refs(system: str, bounds: dict[str, tuple[str, int, int]], jdbc: JdbcS
             )
         refs[t] = ref
     return refs
+
+
+def htap_table_states(spark) -> list[dict] | str:
+    """The replica's own view of its tables after the run (state, deltas, last routing decision)."""
+    try:
+        return [r.asDict() for r in spark.sql(f"SELECT * FROM {HTAP_CATALOG}.htap.tables").collect()]
+    except Exception as e:  # noqa: BLE001 - informative only
+        return f"error: {error_line(e)}"
 
 
 def register_parquet(spark, files: dict[str, Path]) -> None:

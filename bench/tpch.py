@@ -32,6 +32,7 @@ from bench.runners import (
     SystemRun,
     geomean,
     register_parquet,
+    htap_table_states,
     postmaster_pid,
     run_queries,
     spark_session,
@@ -72,6 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a query run is cancelled (default 1800)")
     p.add_argument("--copy-timeout", type=float, default=7200, help="seconds to wait for the replica's initial copy")
     p.add_argument("--work", type=Path, default=BENCH_DIR / ".work", help="scratch folder (default bench/.work)")
+    p.add_argument("--note", default="", help="free text recorded in the results (e.g. which build was measured)")
     p.add_argument("--out", type=Path, help="results JSON (default bench/results/tpch-sf<sf>.json)")
     args = p.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -260,6 +262,7 @@ def run(args: argparse.Namespace, started: float) -> int:
             log(f"[{s}] {LABEL[s]}, e.g. {refs[s]['lineitem']}")
         log(f"running {len(args.queries)} queries, best of {args.repeats}, each on {', '.join(args.systems)} in turn")
         runs = run_queries(spark, refs, args.queries, args.repeats, args.sf, args.timeout, postmaster)
+        htap_tables = htap_table_states(spark) if "htap" in args.systems else None
     finally:
         if spark is not None:
             spark.stop()
@@ -272,12 +275,14 @@ def run(args: argparse.Namespace, started: float) -> int:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "total_s": round(time.time() - started, 1),
         "command": args.command,
+        "note": args.note,
         "repeats": args.repeats,
         "machine": machine_info(args.dsn),
         "data": {"marker": marker, "rows": counts},
         "postgres": {"dsn": args.dsn, "private_cluster": args.private_postgres, "postmaster_pid": postmaster,
                      "cpu_counted": "utime+stime+cutime+cstime of the postmaster and its children, from /proc"},
         "replica_initial_copy_s": None if replica.copy_s is None else round(replica.copy_s, 1),
+        "htap_tables_after_run": htap_tables,
         "spark_conf": {k: v for k, v in spark_conf.items() if "password" not in k},
         "systems": {
             s: {
