@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import statistics
@@ -29,7 +28,7 @@ from htap.conf import HtapConfig
 from htap.connectors.changes import VALUES_PYTHON
 from htap.pushdown.replica_reader import read_plan
 from htap.replica.buffer import TableBuffer
-from htap.replica.compaction import Policy, compact_table
+from htap.replica.compaction import merge
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, Column, encode_schema
@@ -144,10 +143,10 @@ def main(argv=None) -> int:
         n_deltas = store.delta_stats(table.id)[0]
         progress(f"scan+aggregate: plain {plain_s:.3f} s, replica {before_s:.3f} s over {n_deltas} deltas")
         t0 = time.perf_counter()
-        # Compact with a queryable window of 0 s, so base compaction may fold every version.
-        folding = dataclasses.replace(cfg, window_s=0.0)
-        while compact_table(folding, store, store.table_by_id(table.id), Policy(min_bytes=1 << 40, ratio=2, max_deltas=1)):
-            pass
+        # Base compaction of every partition, folding every version at or below the max safe seq.
+        current = store.table_by_id(table.id)
+        for part in sorted({d.part for d in store.deltas(table.id)}):
+            merge(warehouse, store, current, part, store.deltas(table.id, part), current.max_safe_seq, "base")
         compact_s = time.perf_counter() - t0
         assert same(merged(scan_replica(store, table, warehouse, cfg)), want), "compaction changed the result"
         after_s = best(lambda: scan_replica(store, table, warehouse, cfg))
