@@ -1,9 +1,10 @@
 # One command each: `make demo` (set up + end-to-end demo), `make test` (set up + all tests).
+# `make test-unit` runs the unit tier only (no services, seconds); `make lint` the import layers.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup install demo test bench clean
+.PHONY: setup install demo test test-unit lint bench clean
 
 # A virtualenv with the dependencies; rebuilt when pyproject.toml changes.
 $(BIN)/.deps: pyproject.toml
@@ -23,8 +24,18 @@ install: setup
 demo: install
 	$(BIN)/htap demo
 
-test: install
+# The import graph is a DAG of layers (pyproject.toml [tool.importlinter]); checked on the
+# installed package, which is what Spark's workers import.
+lint: install
+	$(BIN)/lint-imports --no-logo
+
+# Every test: the layers, the unit tier, then the tests against private Postgres/MariaDB
+# servers and Spark (tests start what they need; see tests/services.py).
+test: lint
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .htap-demo

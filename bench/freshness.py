@@ -23,14 +23,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import psycopg2
 
-from htap.connectors.postgres import lsn_to_int
+from htap.seq import lsn_to_int
 
 DB = "htap_bench"
 
@@ -69,7 +68,7 @@ def main(argv=None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="htap-fresh-"))
     dsn = f"{base} dbname={DB}"
-    htap = [sys.executable, "-m", "htap.cli", "--config", str(work / "htap.toml")]
+    htap = [sys.executable, "-m", "htap.app.cli", "--config", str(work / "htap.toml")]
     subprocess.run([*htap, "init", "--dsn", dsn, "--source", "bench"], check=True, capture_output=True)
     for t in ("pgbench_accounts", "pgbench_branches", "pgbench_tellers"):  # pgbench_history has no key
         subprocess.run([*htap, "tables", "add", f"public.{t}"], check=True, capture_output=True)

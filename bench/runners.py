@@ -111,7 +111,7 @@ class Replica:
         self.copy_s: float | None = None
 
     def _htap(self, *args: str) -> None:
-        cmd = [sys.executable, "-m", "htap.cli", "--config", str(self.config), *args]
+        cmd = [sys.executable, "-m", "htap.app.cli", "--config", str(self.config), *args]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"`htap {' '.join(args)}` failed:\n{result.stdout}{result.stderr}")
@@ -146,7 +146,7 @@ class Replica:
         started = time.monotonic()
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "htap.cli", "--config", str(self.config), "serve"],
+                [sys.executable, "-m", "htap.app.cli", "--config", str(self.config), "serve"],
                 stdout=out, stderr=subprocess.STDOUT,
             )
         log(f"spark-htap: `htap serve` started (pid {self.proc.pid}, log {self.log_path}); waiting for the initial copy")

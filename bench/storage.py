@@ -25,9 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from htap.conf import HtapConfig
-from htap.connectors.changes import VALUES_PYTHON
+from htap.ingest.buffer import TableBuffer
 from htap.pushdown.replica_reader import read_plan
-from htap.replica.buffer import TableBuffer
 from htap.replica.compaction import merge
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
@@ -173,7 +172,7 @@ def main(argv=None) -> int:
         store.start_copy(ft.id)
         store.finish_copy(ft.id, [], 0, None)
         ftable = store.table_by_id(ft.id)
-        buf = TableBuffer(ftable, VALUES_PYTHON)
+        buf = TableBuffer(ftable)
         src = rows(rng.integers(0, 10 * n_changes, n_changes), rng).to_pylist()
         t0 = time.perf_counter()
         for i, r in enumerate(src):

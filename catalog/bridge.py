@@ -1,7 +1,9 @@
 """Catalog calls the Java shim makes through a subprocess: `python -m htap.catalog.bridge ...`.
 
-Answers on stdout as JSON; errors are one line on stderr with exit code 2. Kept tiny: the shim
-uses it for SHOW TABLES and ALTER TABLE ... SET TBLPROPERTIES, nothing on the read path.
+Answers on stdout as JSON. Failures are one line on stderr and an exit code the shim maps to
+Spark's exceptions: EXIT_NO_SUCH_TABLE (NoSuchTableException), EXIT_ERROR (a user error: bad
+property, unknown option; IllegalArgumentException), anything else a bug (a traceback). Kept
+tiny: the shim uses it for SHOW TABLES and ALTER TABLE ... SET TBLPROPERTIES, never on the read path.
 """
 
 from __future__ import annotations
@@ -10,37 +12,17 @@ import argparse
 import json
 import sys
 
-from htap.errors import ConfigError, HtapError, NoSuchTableError
+from htap.catalog.properties import set_property
+from htap.conf import load_config
+from htap.errors import HtapError, NoSuchTableError
+from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
+from htap.replica.metadata import MetadataStore
 
-PROPERTIES = {
-    "htap.failover": "true routes every read of the table to the source; false back to the replica",
-    "htap.max_staleness": "seconds; a replica further behind than this fails reads over to the source",
-}
-
-
-def set_property(store, table, key: str, value: str) -> None:
-    """Apply one table property; an empty value resets it."""
-    if key == "htap.failover":
-        if value.lower() not in ("true", "false", ""):
-            raise ConfigError(f"htap.failover takes 'true' or 'false', not {value!r}")
-        store.set_failover(table.id, value.lower() == "true")
-    elif key == "htap.max_staleness":
-        try:
-            store.set_max_staleness(table.id, float(value) if value else None)
-        except ValueError as e:
-            raise ConfigError(f"htap.max_staleness takes seconds, not {value!r}") from e
-    else:
-        raise ConfigError(
-            f"unknown table property {key!r}: spark-htap tables take "
-            + "; ".join(f"{k} ({doc})" for k, doc in PROPERTIES.items())
-        )
+EXIT_ERROR = 2
+EXIT_NO_SUCH_TABLE = 3  # keep in sync with Bridge.java
 
 
 def main(argv: list[str] | None = None) -> int:
-    from htap.conf import load_config
-    from htap.pushdown.datasource import NO_SUCH_TABLE_MARKER
-    from htap.replica.metadata import MetadataStore
-
     p = argparse.ArgumentParser(prog="python -m htap.catalog.bridge")
     p.add_argument("--config", required=True)
     p.add_argument("--source")
@@ -57,23 +39,20 @@ def main(argv: list[str] | None = None) -> int:
         source = cfg.source(args.source)
         with MetadataStore(cfg.metadata) as store:
             if args.command == "list-tables":
-                from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
-
                 tables = [[t.schema, t.name] for t in store.list_tables(source.name)]
                 tables += [[SYSTEM_SCHEMA, name] for name in SCHEMAS]
                 print(json.dumps([t for t in tables if not args.namespace or t[0] == args.namespace]))
             else:
                 schema, name = args.table.split(".", 1)
-                try:
-                    table = store.get_table(source.name, schema, name)
-                except NoSuchTableError as e:
-                    raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
-                set_property(store, table, args.key, args.value)
+                set_property(store, store.get_table(source.name, schema, name), args.key, args.value)
                 print(json.dumps({"ok": True}))
         return 0
+    except NoSuchTableError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_NO_SUCH_TABLE
     except HtapError as e:
         print(str(e), file=sys.stderr)
-        return 2
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+def is_postgres_location(location: str | os.PathLike) -> bool:
+    """Whether a metadata store location is a Postgres URL (else a SQLite file)."""
+    return str(location).startswith(("postgresql://", "postgres://"))
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     name: str
@@ -144,8 +149,6 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     values = {k: replica.get(k, default) for k, (default, _) in REPLICA_KEYS.items()}
     base = path.parent
     warehouse = (base / str(values["warehouse"])).resolve()
-    from htap.replica.metadata import is_postgres_location
-
     if not values["metadata"]:
         metadata: Path | str = warehouse / "metadata.db"
     elif is_postgres_location(values["metadata"]):
@@ -273,8 +276,8 @@ def _check_keys(section: dict, known: set[str], path: Path, prefix: str) -> None
     for key in section:
         if key not in known:
             hint = difflib.get_close_matches(key, sorted(known), n=1)
-            did_you_mean = f"; did you mean {prefix}{hint[0]!r}?" if hint else f"; known keys: {', '.join(sorted(known))}"
-            raise ConfigError(f"{path}: unknown config key {prefix}{key!r}{did_you_mean}")
+            did_you_mean = f"; did you mean '{prefix}{hint[0]}'?" if hint else f"; known keys: {', '.join(sorted(known))}"
+            raise ConfigError(f"{path}: unknown config key '{prefix}{key}'{did_you_mean}")
 
 
 def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind: str = "postgres") -> str:

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from htap.replica.models import Column, TableInfo
+from htap.connectors.tables import Column, SourceTable
 
 
 class _Unset:
@@ -33,8 +33,11 @@ class _Unset:
 
 UNSET = _Unset()  # a value the source did not send because it did not change
 
-VALUES_TEXT = "text"  # values are the source's text format, decoded per column (Postgres)
-VALUES_PYTHON = "python"  # values are Python objects Arrow converts directly (MySQL, Debezium)
+
+
+def python_values(values: list, type: pa.DataType) -> pa.Array:
+    """Decode one buffered column whose values are Python objects Arrow converts directly."""
+    return pa.array(values, type)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,10 @@ class ChangeStream(ABC):
 class ChangeSource(ABC):
     """One source database as the replica sees it."""
 
-    values_format: str = VALUES_TEXT
+    def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
+        """One buffered column of this source's row values (as its stream delivers them) as an
+        Arrow array of the replica's `type`, vectorized. Default: Python objects (MySQL, Debezium)."""
+        return python_values(values, type)
 
     @abstractmethod
     def check(self) -> None:
@@ -126,7 +132,7 @@ class ChangeSource(ABC):
         """Create what streaming needs (publication, slot); idempotent."""
 
     @abstractmethod
-    def initial_copy(self, table: TableInfo, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
+    def initial_copy(self, table: SourceTable, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
         """A consistent copy: (copy seq, chunks of rows typed as the replica's Arrow schema).
 
         Every commit with seq <= copy seq is in the copy and none after it; the stream delivers
@@ -134,7 +140,7 @@ class ChangeSource(ABC):
         """
 
     @abstractmethod
-    def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
+    def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         """Stream commits with seq > from_seq for (at least) `tables`."""
 
     def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:

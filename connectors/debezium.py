@@ -78,7 +78,6 @@ import pyarrow as pa
 from htap.conf import SourceConfig
 from htap.connectors.changes import (
     UNSET,
-    VALUES_PYTHON,
     Begin,
     ChangeSource,
     ChangeStream,
@@ -89,8 +88,9 @@ from htap.connectors.changes import (
     Truncate,
 )
 from htap.connectors.spool import TxnSpool
+from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
-from htap.replica.models import Column, TableInfo
+from htap.seq import binlog_seq
 
 log = logging.getLogger(__name__)
 # kafka-python logs every failed connection attempt; what matters reaches the user as a SourceError.
@@ -176,20 +176,13 @@ def _collection(name: str) -> tuple[str, str]:
 # --- seq ----------------------------------------------------------------------------------------
 
 
-def _binlog_index(name: str) -> int:
-    try:
-        return int(str(name).rsplit(".", 1)[1])
-    except (IndexError, ValueError):
-        raise SourceError(f"Debezium MySQL event with binlog file {name!r}: no numeric extension to order by") from None
-
-
 def event_position(source: dict) -> int:
     """The event's position in its source's commit order (see the module docstring)."""
     connector = source.get("connector")
     if connector == "mysql" or (connector is None and "pos" in source and "file" in source):
         if source.get("file") is None or source.get("pos") is None:
             raise SourceError("Debezium MySQL event without source.file/source.pos: cannot order it")
-        return (_binlog_index(source["file"]) << 32) | int(source["pos"])
+        return binlog_seq(source["file"], source["pos"])
     lsn = source.get("lsn")
     pos = int(lsn) if lsn is not None else 0
     sequence = source.get("sequence")
@@ -377,7 +370,7 @@ class _Txn:
 class Assembler:
     """Debezium records in, unified change events out (see the module docstring)."""
 
-    def __init__(self, tables: list[TableInfo], from_seq: int, placeholder: str,
+    def __init__(self, tables: list[SourceTable], from_seq: int, placeholder: str,
                  on_emit: Callable[[int, list], None] | None = None):
         self.tables: dict[tuple[str, str], _Table] = {}
         for t in tables:
@@ -796,7 +789,7 @@ class KafkaTransport:
 
 
 class DebeziumStream(ChangeStream):
-    def __init__(self, cfg: SourceConfig, from_seq: int, tables: list[TableInfo]):
+    def __init__(self, cfg: SourceConfig, from_seq: int, tables: list[SourceTable]):
         self.cfg = cfg
         self.kafka = bool(cfg.bootstrap_servers)
         keys = [(t.schema, t.name) for t in tables]
@@ -846,7 +839,6 @@ class DebeziumStream(ChangeStream):
 
 
 class DebeziumSource(ChangeSource):
-    values_format = VALUES_PYTHON
 
     def __init__(self, config: SourceConfig):
         self.config = config
@@ -978,7 +970,7 @@ class DebeziumSource(ChangeSource):
         finally:
             consumer.close(autocommit=False)
 
-    def initial_copy(self, table: TableInfo, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
+    def initial_copy(self, table: SourceTable, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
         """The table as the events there are now leave it, at the seq of the last complete transaction.
 
         Debezium's own snapshot (`op=r`) is at the start of the events, so the copy replays them
@@ -1047,5 +1039,5 @@ class DebeziumSource(ChangeSource):
 
         return copy_seq, chunks()
 
-    def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
+    def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return DebeziumStream(self.config, from_seq, tables)

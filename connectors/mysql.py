@@ -67,9 +67,7 @@ from pymysql.constants import FIELD_TYPE as PYMYSQL_FIELD_TYPE
 
 from htap.conf import SourceConfig
 from htap.connectors import mytypes
-from htap.connectors.spool import TxnSpool
 from htap.connectors.changes import (
-    VALUES_PYTHON,
     Begin,
     ChangeSource,
     ChangeStream,
@@ -80,8 +78,10 @@ from htap.connectors.changes import (
     RowChange,
     Truncate,
 )
+from htap.connectors.spool import TxnSpool
+from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
-from htap.replica.models import Column, TableInfo
+from htap.seq import binlog_file_index, binlog_parts, binlog_seq, format_binlog
 
 log = logging.getLogger(__name__)
 # mysql-replication warns on every connection that binlog_row_metadata is not FULL: we do not need it.
@@ -98,31 +98,6 @@ _CONVERSIONS = dict(pymysql.converters.conversions)
 for _code in (PYMYSQL_FIELD_TYPE.DATE, PYMYSQL_FIELD_TYPE.DATETIME, PYMYSQL_FIELD_TYPE.TIMESTAMP):
     _parse = _CONVERSIONS[_code]
     _CONVERSIONS[_code] = lambda v, _parse=_parse: (lambda r: None if isinstance(r, (str, bytes)) else r)(_parse(v))
-
-
-# --- seq ----------------------------------------------------------------------------------------
-
-
-def file_index(log_file: str) -> int:
-    """mysql-bin.000042 -> 42."""
-    try:
-        return int(log_file.rsplit(".", 1)[1])
-    except (IndexError, ValueError):
-        raise SourceError(f"binlog file name {log_file!r} has no numeric extension; cannot order positions") from None
-
-
-def encode_seq(log_file: str, pos: int) -> int:
-    return (file_index(log_file) << 32) | pos
-
-
-def decode_seq(seq: int) -> tuple[int, int]:
-    """seq -> (file index, position)."""
-    return seq >> 32, seq & 0xFFFFFFFF
-
-
-def format_seq(seq: int) -> str:
-    idx, pos = decode_seq(seq)
-    return f"binlog file #{idx} position {pos}"
 
 
 # --- connections and checks ---------------------------------------------------------------------
@@ -259,7 +234,7 @@ def binlog_files(conn) -> dict[int, str]:
     """index -> file name of every binlog file the server still has."""
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
-        return {file_index(r[0]): r[0] for r in cur.fetchall()}
+        return {binlog_file_index(r[0]): r[0] for r in cur.fetchall()}
 
 
 # --- tables -------------------------------------------------------------------------------------
@@ -338,10 +313,10 @@ def open_snapshot(conn, mariadb: bool) -> int:
                 cur.execute("UNLOCK TABLES")
     if not log_file:
         raise SourceError("the server reports no binlog position for the snapshot: is log_bin on?")
-    return encode_seq(log_file, pos)
+    return binlog_seq(log_file, pos)
 
 
-def copy_chunks(conn, table: TableInfo) -> Iterator[pa.Table]:
+def copy_chunks(conn, table: SourceTable) -> Iterator[pa.Table]:
     """The snapshot's rows of `table` as Arrow tables of the replica's schema; closes `conn` at the end."""
     schema = table.arrow_schema
     select = ", ".join(mytypes.copy_expression(c.name, c.source_type) for c in table.columns)
@@ -430,7 +405,7 @@ def _split_name(text: str, default_schema: str) -> tuple[str, str]:
 class MySQLStream(ChangeStream):
     """The binlog from a position, translated into the unified change model by a reader thread."""
 
-    def __init__(self, source: SourceConfig, from_seq: int, tables: list[TableInfo]):
+    def __init__(self, source: SourceConfig, from_seq: int, tables: list[SourceTable]):
         from pymysqlreplication import BinLogStreamReader  # noqa: F401  (fail here if missing)
 
         self.source = source
@@ -440,12 +415,12 @@ class MySQLStream(ChangeStream):
         conn = connect(source)
         try:
             self.start_seq = self._start_seq(conn, from_seq, tables)
-            idx, pos = decode_seq(self.start_seq)
+            idx, pos = binlog_parts(self.start_seq)
             files = binlog_files(conn)
             if idx not in files:
                 have = f"{min(files)}..{max(files)}" if files else "none"
                 raise SourceError(
-                    f"source {source.name}: the binlog file #{idx} holding the replica's position ({format_seq(self.start_seq)}) "
+                    f"source {source.name}: the binlog file #{idx} holding the replica's position ({format_binlog(self.start_seq)}) "
                     f"is no longer on the server (files #{have}): it was purged; keep binlogs longer than the service "
                     f"can be down, and add the tables again to copy them afresh"
                 )
@@ -458,14 +433,14 @@ class MySQLStream(ChangeStream):
         self.thread.start()
 
     @staticmethod
-    def _start_seq(conn, from_seq: int, tables: list[TableInfo]) -> int:
+    def _start_seq(conn, from_seq: int, tables: list[SourceTable]) -> int:
         copies = [t.copy_seq for t in tables if t.copy_seq is not None and t.copy_seq >= 0]
         if copies:
             # Every table's copy holds all commits up to its copy seq: start at the oldest of them.
             return max(from_seq, min(copies))
         if from_seq > 0:
             return from_seq
-        return encode_seq(*master_position(conn))
+        return binlog_seq(*master_position(conn))
 
     # --- consumer side ---
 
@@ -561,10 +536,10 @@ class MySQLStream(ChangeStream):
                 elif isinstance(ev, RotateEvent):
                     self.log_file = ev.next_binlog
                     if not self.in_txn:
-                        self._progress(encode_seq(ev.next_binlog, ev.position), force=True)
+                        self._progress(binlog_seq(ev.next_binlog, ev.position), force=True)
                 elif isinstance(ev, HeartbeatLogEvent):
                     if not self.in_txn and ev.packet.log_pos:
-                        self._progress(encode_seq(ev.ident or self.log_file, ev.packet.log_pos), force=True)
+                        self._progress(binlog_seq(ev.ident or self.log_file, ev.packet.log_pos), force=True)
         except BaseException as e:  # noqa: BLE001  (handed to the consumer)
             if not self.stopping.is_set():
                 log.debug("binlog reader failed", exc_info=True)
@@ -583,7 +558,7 @@ class MySQLStream(ChangeStream):
             self._put(Progress(seq))
 
     def _commit(self, end_pos: int, timestamp: int) -> None:
-        seq = encode_seq(self.log_file, end_pos)
+        seq = binlog_seq(self.log_file, end_pos)
         if len(self.spool):
             self._put(Begin(seq, float(timestamp)))
             for item in self.spool:
@@ -609,7 +584,7 @@ class MySQLStream(ChangeStream):
             return  # a statement logged inside a transaction (SAVEPOINT, ...): nothing to replicate
         # A statement of its own (DDL): it commits at the end of its event.
         schema = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
-        seq = encode_seq(self.log_file, ev.packet.log_pos)
+        seq = binlog_seq(self.log_file, ev.packet.log_pos)
         m = _TRUNCATE.match(text)
         if m:
             name = _split_name(m.group(1), schema)
@@ -703,7 +678,6 @@ class MySQLStream(ChangeStream):
 
 
 class MySQLSource(ChangeSource):
-    values_format = VALUES_PYTHON
 
     def __init__(self, config: SourceConfig):
         self.config = config
@@ -731,7 +705,7 @@ class MySQLSource(ChangeSource):
     def prepare(self) -> None:
         """Nothing to create: the binlog is read from a position, like a replica does."""
 
-    def initial_copy(self, table: TableInfo, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
+    def initial_copy(self, table: SourceTable, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
         conn = self._conn()
         try:
             copy_seq = open_snapshot(conn, server_is_mariadb(conn))
@@ -741,7 +715,7 @@ class MySQLSource(ChangeSource):
         except BaseException:
             conn.close()
             raise
-        log.info("initial copy of %s at %s", table.qualified_name, format_seq(copy_seq))
+        log.info("initial copy of %s at %s", table.qualified_name, format_binlog(copy_seq))
         return copy_seq, copy_chunks(conn, table)
 
     def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:
@@ -759,7 +733,7 @@ class MySQLSource(ChangeSource):
         finally:
             conn.close()
 
-    def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
+    def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return MySQLStream(self.config, from_seq, tables)
 
 

@@ -14,6 +14,7 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from htap import engine
 from htap.errors import TableError
 
 SESSION_SETTINGS = "-c TimeZone=UTC -c DateStyle=ISO -c extra_float_digits=3 -c IntervalStyle=iso_8601"
@@ -84,8 +85,6 @@ def decode_text_column(values: pa.Array, target: pa.DataType) -> pa.Array:
         return pc.equal(values, "t")
     if pa.types.is_binary(target):
         # bytea text format is '\x' followed by hex digits.
-        from htap import engine
-
         con = engine.cursor()
         try:
             con.register("text", pa.table({"v": values}))
@@ -102,8 +101,6 @@ _DUCKDB_ELEMENT = {"int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT", "
 
 def _decode_array(values: pa.Array, target: pa.ListType) -> pa.Array:
     """Postgres array text ('{1,2,NULL}', '{a,"b c"}') -> an Arrow list, cast by DuckDB."""
-    from htap import engine
-
     element = target.value_type
     if pa.types.is_decimal(element):
         sql_type = f"DECIMAL({element.precision},{element.scale})"

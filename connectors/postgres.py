@@ -34,24 +34,15 @@ from htap.connectors.changes import (
     Relation,
     RowChange,
     Truncate,
-    VALUES_TEXT,
 )
 from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column
+from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
-from htap.replica.models import Column, TableInfo
+from htap.seq import lsn_to_int
 
 log = logging.getLogger(__name__)
 
 COPY_BATCH_BYTES = 16 << 20
-
-
-def lsn_to_int(lsn: str) -> int:
-    hi, lo = lsn.split("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
-
-
-def int_to_lsn(n: int) -> str:
-    return f"{n >> 32:X}/{n & 0xFFFFFFFF:X}"
 
 
 def redact(dsn: str) -> str:
@@ -300,7 +291,9 @@ class PostgresStream(ChangeStream):
 
 
 class PostgresSource(ChangeSource):
-    values_format = VALUES_TEXT
+    def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
+        # pgoutput delivers values in Postgres' text format.
+        return decode_text_column(pa.array(values, pa.string()), type)
 
     def __init__(self, config: SourceConfig):
         self.config = config
@@ -333,7 +326,7 @@ class PostgresSource(ChangeSource):
             conn.close()
         ensure_slot(self.config.dsn, self.config.slot)
 
-    def initial_copy(self, table: TableInfo, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
+    def initial_copy(self, table: SourceTable, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
         conn = self._conn()
         try:
             publish_table(conn, self.config.publication, table.schema, table.name)
@@ -354,7 +347,7 @@ class PostgresSource(ChangeSource):
 
         return copy_seq, typed()
 
-    def stream(self, from_seq: int, tables: list[TableInfo]) -> ChangeStream:
+    def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return PostgresStream(self.config, from_seq)
 
     def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:

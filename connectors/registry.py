@@ -21,18 +21,3 @@ def open_source(config: SourceConfig) -> ChangeSource:
 
         return DebeziumSource(config)
     raise ConfigError(f"source {config.name}: kind {config.kind!r} is not supported")
-
-
-def format_seq(kind: str, seq: int | None) -> str | None:
-    """A seq the way its source spells positions (Postgres LSN, MySQL binlog file and position)."""
-    if seq is None:
-        return None
-    if kind == "postgres":
-        from htap.connectors.postgres import int_to_lsn
-
-        return int_to_lsn(seq)
-    if kind == "mysql":
-        from htap.connectors.mysql import format_seq as mysql_seq
-
-        return mysql_seq(seq)
-    return str(seq)

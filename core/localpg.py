@@ -33,8 +33,16 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def start(data_dir: Path, port: int, wal_level: str = "logical") -> str:
-    """Create (once) and start a cluster in `data_dir` on 127.0.0.1:`port`; returns its DSN."""
+DEFAULT_SETTINGS = {"wal_level": "logical", "max_replication_slots": "16", "max_wal_senders": "16"}
+
+
+def start(data_dir: Path, port: int, wal_level: str | None = None, settings: dict[str, str] | None = None) -> str:
+    """Create (once) and start a cluster in `data_dir` on 127.0.0.1:`port`; returns its DSN.
+
+    `settings` are server settings (`-c name=value`) on top of DEFAULT_SETTINGS."""
+    settings = {**DEFAULT_SETTINGS, **(settings or {})}
+    if wal_level:
+        settings["wal_level"] = wal_level
     bindir = _bindir()
     data_dir = data_dir.resolve()
     if not (data_dir / "PG_VERSION").exists():
@@ -44,7 +52,9 @@ def start(data_dir: Path, port: int, wal_level: str = "logical") -> str:
         r = _run([str(bindir / "initdb"), "-D", str(data_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
         if r.returncode != 0:
             raise SourceError(f"initdb failed in {data_dir}: {r.stderr.strip()}")
-    opts = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={data_dir} -c wal_level={wal_level} -c max_replication_slots=16 -c max_wal_senders=16"
+    opts = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={data_dir} " + " ".join(
+        f"-c {name}={value}" for name, value in settings.items()
+    )
     r = _run([str(bindir / "pg_ctl"), "-D", str(data_dir), "-o", opts, "-l", str(data_dir / "server.log"), "-w", "start"])
     if r.returncode != 0 and "another server might be running" not in (r.stderr + r.stdout):
         raise SourceError(f"could not start Postgres in {data_dir}: {r.stderr.strip() or r.stdout.strip()}")

@@ -4,6 +4,11 @@ The Java catalog shim builds it with options naming the config, the table and th
 subplan (JSON from the shim's scan builder). Planning (on the driver) fixes the snapshot seq and
 the delta files to read; executors then merge those deltas at that seq and run the subplan in
 DuckDB, streaming Arrow record batches back to Spark.
+
+Imports of our own modules sit inside the methods on purpose (PySpark's worker model): Spark
+imports this module (through `pyspark_htap`) in every Python worker that merely looks data
+sources up, so the module itself loads only pyspark; the readers, DuckDB, the metadata store
+and the source drivers load in the worker that plans or reads.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pyspark.sql.types import StructType
 
 from htap.errors import ConfigError, NoSuchTableError, ReplicaError
 from htap.replica.snapshot import ReadPlan
+from htap.seq import parse_seq
 
 # Marker the Java shim looks for to turn a Python failure into Spark's NoSuchTableException.
 NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE"
@@ -39,18 +45,6 @@ OPTIONS = (
     OPTION_AS_OF_VERSION, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME, OPTION_SOURCE_SNAPSHOT,
     OPTION_SNAPSHOT_TOKEN, OPTION_SNAPSHOT_TABLES,
 )
-
-
-def parse_version(text: str) -> int:
-    """A seq from `FOR VERSION AS OF`: an integer, or a Postgres LSN such as 0/16B3748."""
-    text = text.strip().strip("'")
-    try:
-        if "/" in text:
-            hi, lo = text.split("/")
-            return (int(hi, 16) << 32) | int(lo, 16)
-        return int(text)
-    except ValueError as e:
-        raise ConfigError(f"VERSION AS OF {text!r}: give a seq (an integer) or a Postgres LSN like 0/16B3748") from e
 
 
 @dataclass(frozen=True)
@@ -98,7 +92,7 @@ class ScanOptions:
             pushed=opts.get(OPTION_PUSHED),
             route=route,
             user=opts.get(OPTION_USER),
-            as_of_seq=parse_version(version) if version else None,
+            as_of_seq=parse_seq(version) if version else None,
             as_of_time=as_of_time,
             source_snapshot=opts.get(OPTION_SOURCE_SNAPSHOT),
             snapshot_token=opts.get(OPTION_SNAPSHOT_TOKEN),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import duckdb
 import pyarrow as pa
@@ -22,59 +22,16 @@ from sqlglot import exp
 
 from htap import engine
 from htap.errors import ReplicaError
-from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
+from htap.replica.merge import evolved, ident, latest_versions_sql, parquet_source, versioned_source
+from htap.replica.models import OP, OP_UPSERT, SEQ, delta_schema
+from htap.replica.snapshot import ReadPlan
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
-
-if TYPE_CHECKING:
-    from htap.replica.snapshot import ReadPlan
 
 BATCH_ROWS = 64 * 1024
 # Test switch, never set in use: `1` makes replica reads treat a pushed `<` as `<=`, a wrong
 # pushdown that `htap verify replay` must catch (tests/test_verify_replay.py).
 BREAK_PUSHDOWN_ENV = "HTAP_TEST_BREAK_PUSHDOWN"
-
-
-def _ident(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql("duckdb")
-
-
-def latest_versions_sql(
-    source: str,
-    key: list[str],
-    all_columns: list[str],
-    columns: list[str],
-    seq: int,
-    *,
-    floor: int | None = None,
-    partial: bool = False,
-    key_filters: list[str] = (),
-) -> str:
-    """Per key, its newest version at or below `seq` (and at or above `floor`), as `columns`
-    plus _seq and _op; with `partial`, unset columns are filled from older versions."""
-    where = [f"{_ident(SEQ)} <= {int(seq)}"]
-    if floor is not None:
-        where.append(f"{_ident(SEQ)} >= {int(floor)}")  # a truncation hides everything older
-    where += list(key_filters)
-    partition = ", ".join(_ident(k) for k in key)
-    newest_first = f"PARTITION BY {partition} ORDER BY {_ident(SEQ)} DESC"
-    cols = []
-    for c in columns:
-        if not partial or c in key:
-            cols.append(_ident(c))
-            continue
-        # The value in the newest version that carried it; the struct keeps a carried NULL
-        # apart from "not carried".
-        bit = all_columns.index(c)
-        carried = f"CASE WHEN ({_ident(UNSET_MASK)} >> {bit}) & 1 = 0 THEN struct_pack(v := {_ident(c)}) END"
-        cols.append(
-            f"(first_value({carried} IGNORE NULLS) OVER ({newest_first}"
-            f" ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)).v AS {_ident(c)}"
-        )
-    return (
-        f"SELECT {', '.join(cols)}, {_ident(SEQ)}, {_ident(OP)} FROM {source} WHERE {' AND '.join(where)} "
-        f"QUALIFY row_number() OVER ({newest_first}) = 1"
-    )
 
 
 def replica_sql(
@@ -100,13 +57,13 @@ def replica_sql(
     row_filters = [f for f in subplan.filters if f not in key_filters]
     conditions = [render.predicate(f).sql("duckdb") for f in key_filters]
     source = files if isinstance(files, str) else parquet_source(files)
-    visible = [f"{_ident(SEQ)} <= {int(seq)}", *([f"{_ident(SEQ)} >= {int(floor)}"] if floor is not None else []), *conditions]
-    cols = ", ".join(_ident(c) for c in [*needed, SEQ, OP])
+    visible = [f"{ident(SEQ)} <= {int(seq)}", *([f"{ident(SEQ)} >= {int(floor)}"] if floor is not None else []), *conditions]
+    cols = ", ".join(ident(c) for c in [*needed, SEQ, OP])
     if strategy == "direct":  # one version per key: nothing to merge
         latest = f"SELECT {cols} FROM {source} WHERE {' AND '.join(visible)}"
     elif strategy == "base":  # the base's version unless a newer delta has one
         newer = latest_versions_sql(parquet_source(files[1:]), key, all_columns, needed, seq, floor=floor, key_filters=conditions)
-        match = " AND ".join(f"n.{_ident(k)} = b.{_ident(k)}" for k in key)
+        match = " AND ".join(f"n.{ident(k)} = b.{ident(k)}" for k in key)
         latest = (
             f"WITH newer AS ({newer}) "
             f"SELECT {cols} FROM {parquet_source(files[:1])} AS b WHERE {' AND '.join(visible)}"
@@ -124,33 +81,6 @@ def replica_sql(
         columns=subplan.columns, filters=tuple(row_filters), group_by=subplan.group_by, aggregates=subplan.aggregates
     )
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
-
-
-def evolved(delta_versions: list[int] | None, added_versions: dict[str, int] | None) -> bool:
-    """Whether some delta predates a column or the deltas differ in physical schema."""
-    if not delta_versions:
-        return False
-    oldest = min(delta_versions)
-    return len(set(delta_versions)) > 1 or any(v > oldest for v in (added_versions or {}).values())
-
-
-def versioned_source(files: list[str], versions: list[int], added: dict[str, int] | None, columns: list[str]) -> str:
-    """The deltas as one relation in the current logical schema: per schema version, the
-    columns that version had, NULL for columns added later; dropped columns are not selected."""
-    added = added or {}
-    groups: dict[int, list[str]] = {}
-    for f, v in zip(files, versions):
-        groups.setdefault(v, []).append(f)
-    parts = []
-    for v, group in sorted(groups.items()):
-        cols = [_ident(c) if added.get(c, 1) <= v else f"NULL AS {_ident(c)}" for c in columns]
-        cols += [_ident(SEQ), _ident(OP), _ident(UNSET_MASK)]
-        parts.append(f"SELECT {', '.join(cols)} FROM {parquet_source(group)}")
-    return "(" + " UNION ALL BY NAME ".join(parts) + ")"
-
-
-def parquet_source(files: list[str]) -> str:
-    return "read_parquet([" + ", ".join(exp.Literal.string(f).sql("duckdb") for f in files) + "])"
 
 
 def read_replica(
@@ -210,7 +140,7 @@ def read_plan(
     table_label: str,
     table_schema: pa.Schema,
     key: list[str],
-    plan: "ReadPlan",
+    plan: ReadPlan,
     subplan: PushedSubplan,
     output_schema: pa.Schema,
 ) -> Iterator[pa.RecordBatch]:

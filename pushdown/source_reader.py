@@ -33,7 +33,7 @@ def read_source(
 ) -> Iterator[pa.RecordBatch]:
     query = source_sql(source, table, subplan)
     if source.kind == "postgres":
-        from htap.connectors.postgres import read_query
+        from htap.connectors.postgres import read_query  # the source's driver, loaded only when used
 
         return read_query(source.dsn, query, output, snapshot)
     raise SourceError(f"reading {table.qualified_name} from a {source.kind} source is not built yet")
@@ -42,7 +42,7 @@ def read_source(
 def check_access(source: SourceConfig, user: str, table: TableInfo, columns: list[str]) -> str | None:
     """None if the source user may read those columns, else the reason (the replica never widens access)."""
     if source.kind == "postgres":
-        from htap.connectors.postgres import check_select
+        from htap.connectors.postgres import check_select  # the source's driver, loaded only when used
 
         return check_select(source.dsn, user, table.schema, table.name, columns)
     raise SourceError(f"access checks for {source.kind} sources are not built yet; remove the catalog's `user` option")

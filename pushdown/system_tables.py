@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 
 import pyarrow as pa
+from sqlglot import exp
 
 from htap import engine
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import queryable_window
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
-from sqlglot import exp
 
 SYSTEM_SCHEMA = "htap"
 

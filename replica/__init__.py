@@ -1,1 +1,1 @@
-"""The replica store: Parquet deltas, the metadata store and the ingest service."""
+"""The replica store: Parquet deltas, merge-on-read, compaction, the metadata store, snapshots."""

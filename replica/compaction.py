@@ -26,8 +26,8 @@ import duckdb
 from htap import engine
 from htap.conf import HtapConfig
 from htap.errors import HtapError, ReplicaError
-from htap.pushdown.replica_reader import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.deltas import write_delta
+from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, STATE_UNHEALTHY, UNSET_MASK, TableInfo
 from htap.replica.partitions import decode_bounds, partition_count

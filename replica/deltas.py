@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from htap import engine
 from htap.replica.metadata import NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
+from htap.replica.partitions import decode_bounds, split_by_partition
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -107,7 +108,5 @@ def _fsync(path: Path) -> None:
 
 def write_partitioned(warehouse: Path, table: TableInfo, data: pa.Table) -> list[NewDelta]:
     """One delta per partition that `data` touches."""
-    from htap.replica.partitions import decode_bounds, split_by_partition
-
     splits = decode_bounds(table.partition_bounds_b64)
     return [write_delta(warehouse, table, rows, part) for part, rows in split_by_partition(data, table.key[0], splits)]

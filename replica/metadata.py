@@ -23,8 +23,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
+from htap.conf import is_postgres_location
 from htap.errors import ConfigError, NoSuchTableError, ReplicaError, TableError
 from htap.replica.models import (
     STATE_CATCHING_UP,
@@ -199,15 +200,14 @@ def _columns_json(columns: list[Column]) -> str:
     return json.dumps([[c.name, c.source_type, c.nullable, c.added_version] for c in columns])
 
 
-def is_postgres_location(location: str | Path) -> bool:
-    return str(location).startswith(("postgresql://", "postgres://"))
-
-
 class MetadataStore:
     """Repository over the metadata database. Cheap to open; one per thread or process."""
 
-    def __init__(self, location: str | Path, *, create: bool = False):
+    def __init__(self, location: str | Path, *, create: bool = False, clock: Callable[[], float] = time.time):
+        """`clock` (wall-clock seconds) stamps pins, retirements and safe points; tests inject a
+        manual clock to drive pin expiry and the queryable window step by step."""
         self.location = str(location)
+        self.clock = clock
         if is_postgres_location(location):
             self._db: _Backend = _Postgres(self.location)
         else:
@@ -293,7 +293,7 @@ class MetadataStore:
                     json.dumps(key),
                     arrow_schema,
                     STATE_PENDING,
-                    time.time(),
+                    self.clock(),
                 ),
             )
         return self.get_table(source, schema, name)
@@ -437,7 +437,7 @@ class MetadataStore:
                 "INSERT INTO sources (name, position, position_time, updated_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
                 " position_time = excluded.position_time, updated_at = excluded.updated_at",
-                (source, safe_seq, safe_time, time.time()),
+                (source, safe_seq, safe_time, self.clock()),
             )
             last = self._one("SELECT max(at) FROM safe_points WHERE source = ?", (source,))[0]
             if last is None or safe_time - last >= SAFE_POINT_EVERY_S:
@@ -471,7 +471,7 @@ class MetadataStore:
     # --- deltas ---------------------------------------------------------------------------------
 
     def _insert_deltas(self, deltas: list[NewDelta]) -> None:
-        now = time.time()
+        now = self.clock()
         for d in deltas:
             self._x(
                 "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes,"
@@ -514,7 +514,7 @@ class MetadataStore:
             )
             if live != len(ids):
                 return False
-            self._x(f"UPDATE deltas SET retired_at = ? WHERE id IN ({marks})", (time.time(), *ids))
+            self._x(f"UPDATE deltas SET retired_at = ? WHERE id IN ({marks})", (self.clock(), *ids))
             self._insert_deltas(new)
         return True
 
@@ -538,7 +538,7 @@ class MetadataStore:
 
         While the pin lives, no delta in that list is deleted, even if compaction retires it.
         """
-        now = time.time()
+        now = self.clock()
         with self._tx():
             deltas = [
                 Delta(*r)
@@ -558,7 +558,7 @@ class MetadataStore:
             self._x("DELETE FROM pins WHERE id = ?", (pin_id,))
 
     def live_pins(self, table_id: int | None = None) -> list[Pin]:
-        now = time.time()
+        now = self.clock()
         if table_id is None:
             rows = self._all("SELECT id, table_id, seq, holder, created_at, expires_at FROM pins WHERE expires_at > ?", (now,))
         else:
@@ -574,7 +574,7 @@ class MetadataStore:
         A retired delta is still needed by any live pin taken before it was retired. Expired
         pins (their holder died or finished without releasing) are dropped first.
         """
-        now = time.time()
+        now = self.clock()
         with self._tx():
             self._x("DELETE FROM pins WHERE expires_at <= ?", (now,))
             rows = self._all(
@@ -590,7 +590,7 @@ class MetadataStore:
     def query_snapshot(self, token: str, source: str, candidate: int) -> int:
         """The snapshot seq of one query on one source: the first scan to ask fixes it
         (`candidate`), every later scan of the same query gets the same seq."""
-        now = time.time()
+        now = self.clock()
         with self._tx():
             self._x(
                 "INSERT INTO query_snapshots (token, source, seq, created_at) VALUES (?, ?, ?, ?)"
@@ -607,7 +607,7 @@ class MetadataStore:
         with self._tx():
             self._x(
                 "INSERT INTO scans (table_id, at, route, seq, pushed_json, reason) VALUES (?, ?, ?, ?, ?, ?)",
-                (table_id, time.time(), route, seq, json.dumps(pushed, sort_keys=True), reason),
+                (table_id, self.clock(), route, seq, json.dumps(pushed, sort_keys=True), reason),
             )
             self._x(
                 "DELETE FROM scans WHERE table_id = ? AND id NOT IN"

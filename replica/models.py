@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from htap.connectors.tables import Column
+
 # Bookkeeping columns every delta carries next to the table's own columns.
 SEQ = "_seq"  # commit sequence of the version (Postgres: end LSN of the commit record)
 OP = "_op"  # OP_UPSERT or OP_DELETE
@@ -21,14 +23,6 @@ STATE_COPYING = "copying"  # initial copy running; not readable
 STATE_CATCHING_UP = "catching_up"  # copied; the change stream has not yet reached the copy point
 STATE_STREAMING = "streaming"  # readable, kept fresh by the change stream
 STATE_UNHEALTHY = "unhealthy"  # readable no more; queries must fail over to the source
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    source_type: str  # the source's spelling, e.g. "numeric(12,2)"
-    nullable: bool
-    added_version: int = 1  # schema version that added it: older deltas hold no value for it
 
 
 @dataclass(frozen=True)

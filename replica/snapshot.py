@@ -9,12 +9,12 @@ collection cannot delete a file under it; pins expire after `pin_ttl_s`.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from htap.errors import ReplicaError
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import TableInfo
+from htap.replica.partitions import decode_bounds, matching_partitions
 from htap.rewrite.subplan import PushedSubplan
 
 
@@ -58,7 +58,7 @@ def read_strategy(deltas: list[Delta]) -> str:
 def queryable_window(store: MetadataStore, table: TableInfo, window_s: float, now: float | None = None) -> Window | None:
     if not table.readable:
         return None
-    now = time.time() if now is None else now
+    now = store.clock() if now is None else now
     oldest = store.seq_at(table.source, now - window_s)
     low = max(table.copy_seq or 0, oldest or 0)
     return Window(min(low, table.max_safe_seq), table.max_safe_seq)
@@ -73,12 +73,10 @@ def seq_for_time(store: MetadataStore, table: TableInfo, at: float) -> int:
 
 
 def plan_reads(
-    table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, subplan: "PushedSubplan | None" = None
+    table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, subplan: PushedSubplan | None = None
 ) -> list[ReadPlan]:
     """One read plan per partition that the subplan's key filters can match, with the deltas
     that can hold a version visible at `seq`."""
-    from htap.replica.partitions import decode_bounds, matching_partitions
-
     splits = decode_bounds(table.partition_bounds_b64)
     plans = []
     for part in matching_partitions(splits, table.key[0], subplan.filters if subplan else ()):

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pyarrow as pa
 
-from htap.connectors.changes import VALUES_PYTHON
-from htap.replica.buffer import TableBuffer
+from htap.ingest.buffer import TableBuffer
+from htap.pushdown.replica_reader import read_plan
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import Column, TableInfo, encode_schema
 from htap.replica.partitions import encode_bounds
 from htap.replica.snapshot import plan_reads
-from htap.pushdown.replica_reader import read_plan
 from htap.rewrite.subplan import PushedSubplan
 
 SOURCE = "mem"
@@ -23,17 +23,17 @@ SOURCE = "mem"
 class DirectTable:
     """Writes versions the way the ingest service does: buffer -> partitioned deltas -> checkpoint."""
 
-    def __init__(self, root: Path, schema: pa.Schema, key: list[str], splits: list | None, metadata=None):
+    def __init__(self, root: Path, schema: pa.Schema, key: list[str], splits: list | None, metadata=None, clock=time.time):
         self.warehouse = root / "warehouse"
-        self.store = MetadataStore(metadata or root / "metadata.db", create=True)
+        self.store = MetadataStore(metadata or root / "metadata.db", create=True, clock=clock)
         columns = [Column(f.name, str(f.type), True) for f in schema]
         t = self.store.add_table(SOURCE, "public", f"t{id(self)}", columns, key, encode_schema(schema))
         self.store.start_copy(t.id)
         bounds = encode_bounds(pa.array(splits, schema.field(key[0]).type)) if splits else None
         self.store.finish_copy(t.id, [], 0, bounds)
-        self.store.commit_checkpoint(SOURCE, [], 0, time.time())
+        self.store.commit_checkpoint(SOURCE, [], 0, self.store.clock())
         self.table: TableInfo = self.store.table_by_id(t.id)
-        self.buffer = TableBuffer(self.table, VALUES_PYTHON)
+        self.buffer = TableBuffer(self.table)
         self.truncations: list[tuple[int, int]] = []
         self.seq = 0
 
@@ -49,7 +49,7 @@ class DirectTable:
 
     def checkpoint(self, seq: int) -> None:
         deltas = write_partitioned(self.warehouse, self.table, self.buffer.drain()) if len(self.buffer) else []
-        self.store.commit_checkpoint(SOURCE, deltas, seq, time.time(), self.truncations)
+        self.store.commit_checkpoint(SOURCE, deltas, seq, self.store.clock(), self.truncations)
         self.truncations = []
         self.seq = seq
         self.table = self.store.table_by_id(self.table.id)
@@ -65,3 +65,19 @@ class DirectTable:
                 read_plan(self.warehouse, self.table.qualified_name, schema, list(self.table.key), plan, subplan, out)
             )
         return pa.Table.from_batches(batches, schema=out)
+
+
+class ManualClock:
+    """A wall clock that moves only when told to (pin expiry, windows and safe points in tests)."""
+
+    def __init__(self, start: float = 1_000_000.0):
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import HTAP, PG_DSN
+from conftest import HTAP
+from services import free_port
 
 
 def one_line_error(r: subprocess.CompletedProcess) -> str:
@@ -61,7 +61,7 @@ def test_wal_level_other_than_logical(tmp_path):
     # The server runs as the postgres user, which cannot enter pytest's private tmp folders.
     data = Path(tempfile.mkdtemp(prefix="htap-test-pg-"))
     data.chmod(0o755)
-    dsn = localpg.start(data, port=54331, wal_level="replica")
+    dsn = localpg.start(data, port=free_port(), wal_level="replica")
     try:
         r = subprocess.run([*HTAP, "--config", str(tmp_path / "h.toml"), "init", "--dsn", dsn],
                            capture_output=True, text=True, cwd=tmp_path)
@@ -76,8 +76,8 @@ def test_unknown_config_key(workspace):
     text = workspace.config.read_text().replace("flush_interval_s", "flush_intervall_s")
     workspace.config.write_text(text)
     msg = one_line_error(workspace.htap("status", check=False))
-    assert "unknown config key replica.'flush_intervall_s'" in msg or "flush_intervall_s" in msg
-    assert "did you mean 'replica.flush_interval_s'" in msg or "did you mean" in msg
+    assert "unknown config key 'replica.flush_intervall_s'" in msg
+    assert "did you mean 'replica.flush_interval_s'" in msg
 
 
 def test_missing_config(tmp_path):

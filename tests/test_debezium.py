@@ -14,13 +14,13 @@ import datetime as dt
 import json
 import signal
 import subprocess
-import uuid
 from decimal import Decimal
 
 import duckdb
 import pytest
+from workspace import DebeziumWorkspace
 
-from conftest import HTAP, normalized, wait_until
+from conftest import HTAP, normalized
 
 PLACEHOLDER = "__debezium_unavailable_value"
 EPOCH = dt.datetime(1970, 1, 1)
@@ -286,53 +286,13 @@ def order(i: int, customer_id: int, amount: str) -> dict:
     return {"id": i, "customer_id": customer_id, "amount": Decimal(amount), "placed": dt.datetime(2024, 2, 3, 4, 5, 6, (i % 1000) * 1000)}
 
 
-class DebeziumWorkspace:
-    def __init__(self, root, events_path):
-        self.root = root
-        self.source = "d" + uuid.uuid4().hex[:10]
-        self.config = root / "htap.toml"
-        self.service = None
-        r = self.htap("init", "--kind", "debezium", "--dsn", str(events_path), "--source", self.source)
-        assert r.returncode == 0, r.stderr
-
-    def htap(self, *args):
-        return subprocess.run([*HTAP, "--config", str(self.config), *args], capture_output=True, text=True, cwd=self.root)
-
-    def start(self):
-        log = open(self.root / "serve.log", "ab")
-        self.service = subprocess.Popen([*HTAP, "--config", str(self.config), "serve"], stdout=log, stderr=log, cwd=self.root)
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.service and self.service.poll() is None:
-            self.service.send_signal(sig)
-            self.service.wait(timeout=60)
-        self.service = None
-
-    def table(self, schema, name):
-        from htap.conf import load_config
-        from htap.replica.metadata import MetadataStore
-
-        store = MetadataStore(load_config(self.config).metadata)
-        try:
-            return store.get_table(self.source, schema, name)
-        finally:
-            store.close()
-
-    def wait_seq(self, schema, name, seq, timeout=30):
-        wait_until(lambda: (self.table(schema, name).max_safe_seq or -1) >= seq, timeout, f"{name} to reach seq {seq}")
-
-    def log(self):
-        p = self.root / "serve.log"
-        return p.read_text(errors="replace") if p.exists() else ""
-
-
 @pytest.fixture
 def dbz(tmp_path):
     events = tmp_path / "events.jsonl"
     events.touch()
     ws = DebeziumWorkspace(tmp_path, events)
     yield ws, events
-    ws.stop(signal.SIGKILL)
+    ws.close()
 
 
 def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
@@ -362,19 +322,19 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     ev.write()
     first_seq = ev.last_seq
 
-    r = ws.htap("tables", "add", "public.customers")
+    r = ws.htap("tables", "add", "public.customers", check=False)
     assert r.returncode == 0, r.stderr
-    described = ws.table("public", "customers")
+    described = ws.table("customers", "public")
     assert [c.source_type for c in described.columns][:5] == [
         "int32", "string", "bytes org.apache.kafka.connect.data.Decimal(10,2)", "int32 io.debezium.time.Date",
         "int64 io.debezium.time.MicroTimestamp",
     ] and described.key == ("id",)
-    ws.start()
-    ws.wait_seq("public", "customers", first_seq)
+    ws.start_service()
+    ws.wait_seq("customers", schema="public", seq=first_seq)
     # A table added while the service streams, long after its snapshot: its copy replays the events.
-    r = ws.htap("tables", "add", "public.orders")
+    r = ws.htap("tables", "add", "public.orders", check=False)
     assert r.returncode == 0, r.stderr
-    ws.wait_seq("public", "orders", first_seq)
+    ws.wait_seq("orders", schema="public", seq=first_seq)
 
     catalog = f"c_{ws.source}"
     spark.conf.set(f"spark.sql.catalog.{catalog}", "io.sparkhtap.HtapCatalog")
@@ -388,15 +348,15 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     assert note == customer(30)["note"]
 
     # SIGKILL, more events appended, restart: the replay skips what is durable, applies the rest once.
-    ws.stop(signal.SIGKILL)
+    ws.stop_service(signal.SIGKILL)
     ev.begin(604)
     ev.insert("customers", customer(7))
     ev.update("customers", customer(1, balance=Decimal("1000.00")), unchanged=("note", "photo"))
     ev.delete("customers", 4)
     ev.commit()
     ev.write()
-    ws.start()
-    ws.wait_seq("public", "customers", ev.last_seq)
+    ws.start_service()
+    ws.wait_seq("customers", schema="public", seq=ev.last_seq)
     for t in ("customers", "orders"):
         assert normalized(spark.sql(f"SELECT * FROM {catalog}.public.{t}").collect()) == ev.rows(t), t
 
@@ -405,7 +365,7 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     ev.insert("orders", order(11, 7, "1.25"))
     ev.commit()
     ev.write()
-    ws.wait_seq("public", "orders", ev.last_seq)
+    ws.wait_seq("orders", schema="public", seq=ev.last_seq)
     assert normalized(spark.sql(f"SELECT * FROM {catalog}.public.orders").collect()) == ev.rows("orders")
 
     from htap.conf import load_config
@@ -413,7 +373,7 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
 
     cfg = load_config(ws.config)
     store = MetadataStore(cfg.metadata)
-    files = [str(cfg.warehouse / d.path) for d in store.deltas(ws.table("public", "customers").id)]
+    files = [str(cfg.warehouse / d.path) for d in store.deltas(ws.table("customers", "public").id)]
     store.close()
     ((total, distinct),) = duckdb.sql(
         f"SELECT count(*), count(DISTINCT (id, _seq)) FROM read_parquet({json.dumps(files)})"
@@ -493,10 +453,10 @@ def test_mysql_connector_events_without_metadata_through_the_replica_reader(dbz)
     path.write_text("\n".join(lines) + "\n")
     last_seq = (4 << 32) | 250
 
-    r = ws.htap("tables", "add", "inventory.products")
+    r = ws.htap("tables", "add", "inventory.products", check=False)
     assert r.returncode == 0, r.stderr
-    ws.start()
-    ws.wait_seq("inventory", "products", last_seq)
+    ws.start_service()
+    ws.wait_seq("products", schema="inventory", seq=last_seq)
 
     import pyarrow as pa
 
@@ -667,9 +627,9 @@ def test_connect_types_decode_to_replica_values():
 def test_bad_debezium_input_fails_with_one_actionable_line(dbz, tmp_path):
     ws, path = dbz
     path.write_text(json.dumps(_pg("c", None, {"id": 1, "v": "a"}, 10, 1)) + "\n")  # no schema, no record key
-    r = ws.htap("tables", "add", "public.missing")
+    r = ws.htap("tables", "add", "public.missing", check=False)
     assert r.returncode == 2 and "no Debezium events for public.missing" in r.stderr
-    r = ws.htap("tables", "add", "public.t")
+    r = ws.htap("tables", "add", "public.t", check=False)
     assert r.returncode == 2 and "schemas.enable=true" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     bad = subprocess.run([*HTAP, "--config", str(tmp_path / "x.toml"), "init", "--kind", "debezium", "--dsn", str(tmp_path / "nope")],
                          capture_output=True, text=True)

@@ -8,10 +8,11 @@ import uuid
 import psycopg2
 import pytest
 
-from conftest import PG_DSN
 from htap.errors import NoSuchTableError, ReplicaError, TableError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import Column
+
+from services import SERVICES
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -22,11 +23,11 @@ def store(request, tmp_path):
         s.close()
         return
     db = f"htap_meta_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(PG_DSN)
+    server = SERVICES.postgres
+    admin = psycopg2.connect(server.dsn)
     admin.autocommit = True
     admin.cursor().execute(f"CREATE DATABASE {db}")
-    params = dict(p.split("=", 1) for p in PG_DSN.split())
-    url = f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{db}"
+    url = server.url(db)
     s = MetadataStore(url, create=True)
     yield s
     s.close()

@@ -16,8 +16,8 @@ import duckdb
 import pymysql
 import pytest
 
-from conftest import normalized, wait_until
-from mysql_support import MY_HOST, MY_PORT, MY_USER, master_seq, my_connect
+from conftest import DEADLINE_S, normalized, wait_until
+from mysql_support import master_seq, my_connect, my_server
 
 TYPES_DDL = """
 CREATE TABLE {t} (
@@ -184,14 +184,14 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(my_workspace, spark, my
 
     w = threading.Thread(target=writer)
     w.start()
-    wait_until(lambda: len(committed) >= 150 or done.is_set(), 60, "the write burst to get going")
+    wait_until(lambda: len(committed) >= 150 or done.is_set(), None, "the write burst to get going")
     assert not errors, errors
     ws.stop_service(signal.SIGKILL)  # in the middle of the burst
-    wait_until(lambda: len(committed) >= 300 or done.is_set(), 60, "more writes while the service is down")
+    wait_until(lambda: len(committed) >= 300 or done.is_set(), None, "more writes while the service is down")
     ws.start_service()
-    w.join(timeout=120)
+    w.join(timeout=DEADLINE_S)
     assert done.is_set() and not errors, errors
-    ws.wait_caught_up("accounts", timeout=30)
+    ws.wait_caught_up("accounts")
 
     assert spark_rows(spark, my_catalog, t) == normalized(ws.sql(f"SELECT * FROM {t}"))
 
@@ -318,7 +318,7 @@ def test_bad_input_fails_with_one_actionable_line(my_workspace, tmp_path):
 
     bad = subprocess.run(
         [*HTAP, "--config", str(tmp_path / "bad.toml"), "init", "--kind", "mysql", "--dsn",
-         f"mysql://{MY_USER}:wrong-password@{MY_HOST}:{MY_PORT}/test"],
+         f"mysql://{my_server().user}:wrong-password@{my_server().host}:{my_server().port}/test"],
         capture_output=True, text=True,
     )
     assert bad.returncode == 2 and "cannot connect to MySQL" in bad.stderr and "Access denied" in bad.stderr
@@ -340,7 +340,7 @@ def test_config_keys_are_checked_per_kind(tmp_path):
     with pytest.raises(ConfigError, match=r"sources\.m\.slot does not apply to kind 'mysql'"):
         load_config(p)
     p.write_text('[sources.m]\nkind = "mysql"\nhots = "db"\n')
-    with pytest.raises(ConfigError, match=r"unknown config key sources\.m\.'hots'.*'host'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'sources\.m\.hots'.*'sources\.m\.host'"):
         load_config(p)
     p.write_text('[sources.m]\nkind = "mysql"\ndsn = "mysql://a:b%40c@db:3307/shop"\nport = 3308\nserver_id = 77\n')
     src = load_config(p).source()
@@ -373,7 +373,7 @@ def test_check_messages_against_the_real_servers_settings(mysql):
         cur.execute(f"CREATE USER '{name}'@'%' IDENTIFIED BY 'pw'")
         cur.execute(f"GRANT SELECT ON test.* TO '{name}'@'%'")
     try:
-        conn = pymysql.connect(host=MY_HOST, port=MY_PORT, user=name, password="pw", database="test", autocommit=True)
+        conn = pymysql.connect(host=my_server().host, port=my_server().port, user=name, password="pw", database="test", autocommit=True)
         try:
             with pytest.raises(SourceError, match=r"lacks REPLICATION SLAVE and REPLICATION CLIENT.*GRANT REPLICATION SLAVE"):
                 check_cdc_ready(conn)
@@ -391,14 +391,14 @@ def test_sigkill_during_the_initial_copy_then_restart(my_workspace, spark, my_ca
     ws.sql(f"INSERT INTO {t} SELECT seq, seq * 3, concat('row ', seq) FROM seq_1_to_400000")
     ws.htap("tables", "add", t)
     ws.start_service()
-    wait_until(lambda: ws.table("big").state == "copying", 60, "the initial copy to start")
+    wait_until(lambda: ws.table("big").state == "copying", None, "the initial copy to start")
     ws.stop_service(signal.SIGKILL)
     ws.sql(f"UPDATE {t} SET v = -v WHERE id % 1000 = 0")  # while the service is down
     ws.sql(f"DELETE FROM {t} WHERE id > 399000")
     ws.start_service()
-    ws.wait_readable("big", timeout=180)
+    ws.wait_readable("big")
     ws.sql(f"INSERT INTO {t} VALUES (500000, 1, 'after')")
-    ws.wait_caught_up("big", timeout=30)
+    ws.wait_caught_up("big")
     query = "SELECT count(*), sum(v), count(DISTINCT s), min(id), max(id) FROM {}"
     got = spark.sql(query.format(f"{my_catalog}.{t}")).collect()
     assert normalized(got) == normalized(ws.sql(query.format(t)))

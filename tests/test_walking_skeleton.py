@@ -8,9 +8,9 @@ import signal
 import threading
 
 import duckdb
-import pytest
 
-from conftest import normalized, wait_until
+from conftest import DEADLINE_S, normalized, wait_until
+from services import pg_dsn
 
 TYPES_DDL = """
 CREATE TABLE {t} (
@@ -58,7 +58,7 @@ def test_spark_returns_exactly_the_source_rows_and_follows_changes(workspace, sp
         f"UPDATE {t} SET id = id + 10000 WHERE id = 7",  # a key change
     ):
         ws.sql(change)
-        ws.wait_caught_up("items", timeout=5.0)
+        ws.wait_caught_up("items")
         assert normalized(spark.sql(spark_query).collect()) == source_rows(ws, query), change
 
 
@@ -123,14 +123,13 @@ def test_sigkill_mid_burst_loses_and_duplicates_nothing(workspace, spark, catalo
 
     import psycopg2
 
-    from conftest import PG_DSN
 
     done = threading.Event()
     committed = []
 
     def writer():
         rng = random.Random(7)
-        conn = psycopg2.connect(PG_DSN)
+        conn = psycopg2.connect(pg_dsn())
         conn.autocommit = False
         cur = conn.cursor()
         for i in range(600):
@@ -146,13 +145,13 @@ def test_sigkill_mid_burst_loses_and_duplicates_nothing(workspace, spark, catalo
 
     w = threading.Thread(target=writer)
     w.start()
-    wait_until(lambda: len(committed) >= 150, 60, "the write burst to get going")
+    wait_until(lambda: len(committed) >= 150, None, "the write burst to get going")
     ws.stop_service(signal.SIGKILL)  # in the middle of the burst
-    wait_until(lambda: len(committed) >= 300, 60, "more writes while the service is down")
+    wait_until(lambda: len(committed) >= 300, None, "more writes while the service is down")
     ws.start_service()
-    w.join(timeout=120)
+    w.join(timeout=DEADLINE_S)
     assert done.is_set()
-    ws.wait_caught_up("accounts", timeout=30)
+    ws.wait_caught_up("accounts")
 
     assert normalized(spark.sql(f"SELECT * FROM {catalog}.{t}").collect()) == source_rows(ws, f"SELECT * FROM {t}")
 

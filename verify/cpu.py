@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from htap.connectors.postgres import connect
+
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROC = Path("/proc")
 
@@ -77,8 +79,6 @@ class PostgresCpu:
     method = "/proc: the Postgres server's process tree (postmaster, backends, exited backends via cutime/cstime)"
 
     def __init__(self, dsn: str):
-        from htap.connectors.postgres import connect
-
         self.postmaster: int | None = None
         self.reason: str | None = None
         conn = connect(dsn)

@@ -33,7 +33,6 @@ import pyarrow as pa
 
 from htap import engine
 from htap.conf import HtapConfig, SourceConfig
-from htap.connectors.postgres import int_to_lsn
 from htap.errors import HtapError, NoSuchTableError
 from htap.pushdown.replica_reader import read_plan
 from htap.replica.metadata import MetadataStore
@@ -41,6 +40,7 @@ from htap.replica.models import STATE_UNHEALTHY, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
 from htap.replica.snapshot import ReadPlan, plan_reads, queryable_window
 from htap.rewrite.subplan import Literal, Predicate, PushedSubplan
+from htap.seq import int_to_lsn
 from htap.verify.canonical import Canonical, prepare_batch, prepared_schema, qi
 from htap.verify.snapshot import ExportedSnapshot, VerifyError, wait_for_seq
 

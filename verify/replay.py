@@ -38,10 +38,14 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
 
+from htap.catalog.shim import spark_session
 from htap.conf import HtapConfig
 from htap.errors import ConfigError
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import TableInfo
+from htap.verify.cpu import PostgresCpu, SparkCpu
+from htap.verify.data import jsonable
+from htap.verify.snapshot import ExportedSnapshot, wait_for_seq
 
 log = logging.getLogger(__name__)
 
@@ -340,8 +344,6 @@ def compare(replica: list[tuple], source: list[tuple], ordered: bool, tol: float
 
 
 def _show(row: tuple) -> list:
-    from htap.verify.data import jsonable
-
     return [jsonable(v) if not isinstance(v, tuple) else str(v) for v in row]
 
 
@@ -392,8 +394,6 @@ def _first_line(e: Exception) -> str:
 
 def run_replay(cfg: HtapConfig, paths: list[str], opts: ReplayOptions, spark=None) -> int:
     """Replay the log; writes replay.json and replay.junit.xml under `opts.out`; the exit status."""
-    from htap.verify.snapshot import ExportedSnapshot, wait_for_seq
-
     started = time.time()
     source = cfg.source(opts.source)
     statements = read_log(paths)
@@ -417,8 +417,6 @@ def run_replay(cfg: HtapConfig, paths: list[str], opts: ReplayOptions, spark=Non
 
         token = uuid.uuid4().hex[:8]
         names = (f"{REPLICA_CATALOG}_{token}", f"{SOURCE_CATALOG}_{token}")
-    from htap.verify.cpu import PostgresCpu, SparkCpu
-
     spark_cpu, pg_cpu = SparkCpu(spark), PostgresCpu(source.dsn)
     results = []
     with ExportedSnapshot(source) as snap:
@@ -454,8 +452,6 @@ def run_replay(cfg: HtapConfig, paths: list[str], opts: ReplayOptions, spark=Non
 
 
 def _session(cfg: HtapConfig, opts: ReplayOptions):
-    from htap.catalog.shim import spark_session
-
     spark = spark_session(
         REPLICA_CATALOG, cfg.path, opts.source, master=opts.spark_master, **{"spark.ui.showConsoleProgress": "false"}
     )

@@ -19,10 +19,11 @@ import uuid
 import psycopg2
 
 from htap.conf import SourceConfig
-from htap.connectors.postgres import connect, int_to_lsn, lsn_to_int
+from htap.connectors.postgres import connect
 from htap.errors import HtapError, SourceError
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import TableInfo
+from htap.seq import int_to_lsn, lsn_to_int
 
 
 class VerifyError(HtapError):

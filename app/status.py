@@ -6,10 +6,15 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+import pyarrow as pa
+
 from htap.conf import HtapConfig
-from htap.connectors.registry import format_seq
+from htap.pushdown.replica_reader import read_plan
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import TableInfo
+from htap.replica.snapshot import pin_and_plan
+from htap.rewrite.subplan import Aggregate, PushedSubplan
+from htap.seq import format_seq
 
 
 @dataclass(frozen=True)
@@ -35,12 +40,6 @@ class TableStatus:
 def current_rows(cfg: HtapConfig, store: MetadataStore, table: TableInfo) -> int | None:
     if not table.readable:
         return None
-    from htap.pushdown.replica_reader import read_plan
-    from htap.rewrite.subplan import Aggregate, PushedSubplan
-    import pyarrow as pa
-
-    from htap.replica.snapshot import pin_and_plan
-
     out = pa.schema([pa.field("n", pa.int64())])
     count = PushedSubplan(aggregates=(Aggregate("count_star"),))
     total = 0

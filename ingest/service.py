@@ -25,12 +25,13 @@ import pyarrow.parquet as pq
 
 from htap import engine
 from htap.conf import HtapConfig, SourceConfig
-from htap.connectors.changes import Begin, ChangeSource, Commit, Progress, Relation, RowChange, Truncate
+from htap.connectors.changes import ChangeSource, Commit
 from htap.connectors.registry import open_source
 from htap.errors import HtapError
-from htap.replica.buffer import SchemaChanged, TableBuffer
-from htap.replica.deltas import write_delta, write_partitioned
-from htap.replica.partitions import choose_splits, encode_bounds, partition_count
+from htap.ingest.applier import Action, Failed, FollowSchema, Recopy, TransactionApplier
+from htap.ingest.checkpoint import Checkpointer
+from htap.replica.compaction import compaction_loop
+from htap.replica.deltas import write_delta
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import (
     OP,
@@ -44,6 +45,7 @@ from htap.replica.models import (
     TableInfo,
     encode_schema,
 )
+from htap.replica.partitions import choose_splits, encode_bounds, partition_count
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +124,7 @@ class SourceIngest:
 
     # --- schema changes -------------------------------------------------------------------------
 
-    def follow_schema(self, table: TableInfo, buffer: TableBuffer, columns: tuple[str, ...]) -> TableInfo | None:
+    def follow_schema(self, table: TableInfo, columns: tuple[str, ...]) -> TableInfo | None:
         """The source's rows for `table` now carry `columns`. Adding columns (that existing rows
         hold no value for) and dropping columns change only the logical schema; any other change
         has the table copied again. Returns the new table, or None when it is re-copied."""
@@ -154,7 +156,6 @@ class SourceIngest:
         arrow = pa.schema([pa.field(c.name, self.source.arrow_type(c.source_type)) for c in new_columns])
         self.store.alter_schema(table.id, new_columns, encode_schema(arrow), version)
         changed = self.store.table_by_id(table.id)
-        buffer.retable(changed)
         log.info("%s: schema version %d: added %s, dropped %s (metadata only)", table.qualified_name, version, added, dropped)
         return changed
 
@@ -178,124 +179,69 @@ class SourceIngest:
     # --- streaming ----------------------------------------------------------------------------
 
     def stream(self) -> None:
-        """Stream and checkpoint until stopped or until a table needs its initial copy."""
-        tables = {
-            t.id: t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)
-        }
-        by_name = {(t.schema, t.name): t.id for t in tables.values()}
-        buffers = {tid: TableBuffer(t, self.source.values_format) for tid, t in tables.items()}
+        """Stream and checkpoint until stopped or until a table needs its initial copy.
+
+        The scheduler: it polls the stream, hands events to the applier, performs the
+        applier's actions, and checkpoints on time or size between transactions."""
+        tables = [t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)]
         position = self.store.source_position(self.config.name) or 0
-        truncations: list[tuple[int, int]] = []
+        applier = TransactionApplier(tables, self.source.decode_column, position)
+        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name)
         log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
-        in_txn = skip_txn = False
-        txn_seq = last_commit = position
-        buffered = 0
         interval = self.cfg.flush_interval_s
         next_flush = time.monotonic() + interval
         next_pending_check = time.monotonic() + PENDING_CHECK_S
         next_schema_check = time.monotonic() + SCHEMA_CHECK_S
 
-        def unhealthy(tid: int, error: HtapError) -> None:
-            log.error("%s: marked unhealthy: %s", tables[tid].qualified_name, error)
-            self.store.set_state(tid, STATE_UNHEALTHY, str(error))
-            buffers.pop(tid, None)
-            tables.pop(tid, None)
-
-        def checkpoint(stream) -> None:
-            nonlocal position, buffered, next_flush
-            safe = max(position, last_commit)
-            deltas = [
-                d
-                for b in buffers.values()
-                if b.pending()
-                for table, data in b.drain_all()
-                for d in write_partitioned(self.cfg.warehouse, table, data)
-            ]
-            self.store.commit_checkpoint(self.config.name, deltas, safe, time.time(), truncations)
-            if deltas or truncations:
-                log.info("checkpoint at seq %s: %d changes in %d deltas", safe, buffered, len(deltas))
-            truncations.clear()
-            position = safe
-            for tid in list(tables):
-                tables[tid] = self.store.table_by_id(tid)
-            buffered = 0
-            next_flush = time.monotonic() + interval
-            # Only now is everything up to `position` durable: let the source forget it.
-            stream.confirm(position)
-
-        with self.source.stream(position, list(tables.values())) as stream:
+        with self.source.stream(position, tables) as stream:
             while True:
                 now = time.monotonic()
-                if not in_txn:
+                if not applier.in_txn:
                     if self.stop.is_set():
-                        checkpoint(stream)
+                        checkpointer.checkpoint(applier, stream)
                         return
                     if now >= next_flush:
-                        checkpoint(stream)
+                        checkpointer.checkpoint(applier, stream)
+                        next_flush = time.monotonic() + interval
                         stream.request_progress()
                     if now >= next_schema_check:
                         next_schema_check = now + SCHEMA_CHECK_S
-                        for tid in self.changed_types(list(tables.values())):
-                            buffers.pop(tid, None)
-                            tables.pop(tid, None)
+                        for tid in self.changed_types(list(applier.tables.values())):
+                            applier.drop(tid)
                     if now >= next_pending_check:
                         next_pending_check = now + PENDING_CHECK_S
                         if any(t.state == STATE_PENDING for t in self.store.list_tables(self.config.name)):
-                            checkpoint(stream)
+                            checkpointer.checkpoint(applier, stream)
                             return
-                event = stream.poll(max(0.0, min(next_flush, next_pending_check) - now) if not in_txn else 1.0)
+                timeout = max(0.0, min(next_flush, next_pending_check) - now) if not applier.in_txn else 1.0
+                event = stream.poll(timeout)
                 if event is None:
                     continue
-                if isinstance(event, RowChange):
-                    tid = by_name.get((event.schema, event.table))
-                    if skip_txn or tid not in buffers or txn_seq <= (tables[tid].copy_seq or 0):
-                        continue
-                    buf = buffers[tid]
-                    if len(event.values) != len(buf.names):  # never misalign values and columns
-                        self.store.resync(tid, f"a change carried {len(event.values)} columns, the replica has {len(buf.names)}")
-                        buffers.pop(tid)
-                        tables.pop(tid)
-                        continue
-                    try:
-                        if event.op == "delete":
-                            buf.delete(event.values, txn_seq)
-                        else:
-                            if event.old is not None and buf.key_of(event.old) != buf.key_of(event.values):
-                                buf.delete(event.old, txn_seq)  # the key itself changed
-                            buf.upsert(event.values, txn_seq)
-                    except SchemaChanged as e:
-                        unhealthy(tid, e)
-                        continue
-                    buffered += 1
-                elif isinstance(event, Begin):
-                    in_txn, txn_seq = True, event.seq
-                    skip_txn = txn_seq <= position
-                elif isinstance(event, Commit):
-                    in_txn = False
-                    last_commit = max(last_commit, event.seq)
-                    if buffered >= self.cfg.flush_max_changes:
-                        checkpoint(stream)
-                elif isinstance(event, Progress):
-                    if not in_txn:
-                        last_commit = max(last_commit, event.seq)
-                elif isinstance(event, Relation):
-                    tid = by_name.get((event.schema, event.table))
-                    stale = skip_txn or (in_txn and tid in tables and txn_seq <= (tables[tid].copy_seq or 0))
-                    if tid in buffers and not stale and list(event.columns) != buffers[tid].names:
-                        changed = self.follow_schema(tables[tid], buffers[tid], event.columns)
-                        if changed is None:
-                            buffers.pop(tid)
-                            tables.pop(tid)
-                        else:
-                            tables[tid] = changed
-                elif isinstance(event, Truncate):
-                    for schema, name in event.tables:
-                        tid = by_name.get((schema, name))
-                        if tid in buffers and not skip_txn and txn_seq > (tables[tid].copy_seq or 0):
-                            buffers[tid].truncate(txn_seq)
-                            truncations.append((tid, txn_seq))
-                            log.info("%s.%s truncated at seq %s", schema, name, txn_seq)
+                action = applier.apply(event)
+                if action is not None:
+                    self.perform(applier, action)
+                if isinstance(event, Commit) and applier.buffered >= self.cfg.flush_max_changes:
+                    checkpointer.checkpoint(applier, stream)
+                    next_flush = time.monotonic() + interval
+
+    def perform(self, applier: TransactionApplier, action: Action) -> None:
+        """Carry out what the applier could not decide alone."""
+        table = applier.tables[action.table_id]
+        if isinstance(action, FollowSchema):
+            changed = self.follow_schema(table, action.columns)
+            if changed is None:
+                applier.drop(table.id)
+            else:
+                applier.retable(changed)
+        elif isinstance(action, Recopy):
+            log.warning("%s: %s: copying the table again", table.qualified_name, action.reason)
+            self.store.resync(table.id, action.reason)
+            applier.drop(table.id)
+        elif isinstance(action, Failed):
+            log.error("%s: marked unhealthy: %s", table.qualified_name, action.error)
+            self.store.set_state(table.id, STATE_UNHEALTHY, str(action.error))
+            applier.drop(table.id)
 
 
 def _partition_filter(key0: str, splits: pa.Array | None, part: int):
@@ -324,8 +270,6 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
             except Exception:  # a bug, not bad input: say so loudly, keep the other sources running
                 log.exception("source %s: unexpected failure (retrying in %.0f s)", source.name, retry_s)
                 stop.wait(retry_s)
-
-    from htap.replica.compaction import compaction_loop
 
     threads = [threading.Thread(target=run_source, args=(s,), name=f"ingest-{s.name}") for s in cfg.sources.values()]
     threads.append(threading.Thread(target=compaction_loop, args=(cfg, stop), name="compaction"))

@@ -6,13 +6,13 @@ once); everything after that — type decoding, sorting, collapsing — is vecto
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pyarrow as pa
 
-from htap.connectors.changes import UNSET, VALUES_TEXT
-from htap.connectors.pgtypes import decode_text_column
+from htap.connectors.changes import UNSET, python_values
 from htap.errors import HtapError
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, ORD, SEQ, UNSET_MASK, TableInfo
-
 
 MAX_PARTIAL_COLUMNS = 63  # the unset mask is an int64 bitmask
 
@@ -22,9 +22,10 @@ class SchemaChanged(HtapError):
 
 
 class TableBuffer:
-    def __init__(self, table: TableInfo, values_format: str):
+    def __init__(self, table: TableInfo, decode: Callable[[list, pa.DataType], pa.Array] = python_values):
+        """`decode` turns one buffered column into Arrow (the source's ChangeSource.decode_column)."""
         self.table = table
-        self.values_format = values_format
+        self.decode = decode
         self.names = [c.name for c in table.columns]
         self.key_positions = [self.names.index(k) for k in table.key]
         self.frozen: list[tuple[TableInfo, pa.Table]] = []
@@ -125,10 +126,7 @@ class TableBuffer:
     def drain(self) -> pa.Table:
         """The buffered changes as an Arrow table (typed columns, _seq, _op, _unset, _ord); empties the buffer."""
         schema = self.table.arrow_schema
-        if self.values_format == VALUES_TEXT:
-            arrays = [decode_text_column(pa.array(col, pa.string()), f.type) for col, f in zip(self.columns, schema)]
-        else:
-            arrays = [pa.array(col, f.type) for col, f in zip(self.columns, schema)]
+        arrays = [self.decode(col, f.type) for col, f in zip(self.columns, schema)]
         n = len(self.seqs)
         arrays += [
             pa.array(self.seqs, pa.int64()),

@@ -1,4 +1,9 @@
-"""The `htap` command line: set up a replica, add tables, run the service, see its status."""
+"""The `htap` command line: set up a replica, add tables, run the service, see its status.
+
+The commands that start Spark or the ingest service (serve, demo, verify, spark-conf) import
+what they need when they run, so that `htap --help`, `htap status` and the table commands start
+without loading pyspark, DuckDB and the source drivers.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,27 @@ import logging
 import signal
 import sys
 import threading
+import tomllib
 from pathlib import Path
 
-from htap.errors import HtapError
+import pyarrow as pa
+
+from htap.app.status import source_statuses, table_statuses
+from htap.catalog.properties import set_property
+from htap.conf import load_config, parse_config, render_config, resolve_config_path
+from htap.connectors.registry import open_source
+from htap.errors import ConfigError, HtapError
+from htap.replica.metadata import MetadataStore
+from htap.replica.models import encode_schema
 
 log = logging.getLogger("htap")
 
 
 def _config(args):
-    from htap.conf import load_config
-
     return load_config(args.config)
 
 
 def cmd_init(args) -> int:
-    from htap.conf import parse_config, render_config, resolve_config_path
-    from htap.connectors.registry import open_source
-    from htap.errors import ConfigError
-    from htap.replica.metadata import MetadataStore
-
     path = resolve_config_path(args.config)
     if path.exists() and not args.force:
         raise ConfigError(f"{path} already exists; use --force to overwrite it, or --config for another file")
@@ -34,8 +41,6 @@ def cmd_init(args) -> int:
     if args.kind == "debezium" and not dsn.startswith("kafka://"):
         dsn = str(Path(dsn).resolve())  # a file or folder of events, named from where the command runs
     text = render_config(args.source, dsn, args.warehouse, kind=args.kind)
-    import tomllib
-
     cfg = parse_config(tomllib.loads(text), path)
     open_source(cfg.source(args.source)).check()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,12 +53,6 @@ def cmd_init(args) -> int:
 
 
 def cmd_tables_add(args) -> int:
-    from htap.connectors.registry import open_source
-    from htap.errors import ConfigError
-    from htap.replica.metadata import MetadataStore
-    from htap.replica.models import encode_schema
-    import pyarrow as pa
-
     cfg = _config(args)
     source = cfg.source(args.source)
     if "." not in args.table:
@@ -72,8 +71,6 @@ def cmd_tables_add(args) -> int:
 
 
 def cmd_tables_list(args) -> int:
-    from htap.replica.metadata import MetadataStore
-
     cfg = _config(args)
     store = MetadataStore(cfg.metadata)
     try:
@@ -85,10 +82,6 @@ def cmd_tables_list(args) -> int:
 
 
 def cmd_failover(args) -> int:
-    from htap.catalog.bridge import set_property
-    from htap.errors import ConfigError
-    from htap.replica.metadata import MetadataStore
-
     cfg = _config(args)
     source = cfg.source(args.source)
     if "." not in args.table:
@@ -102,7 +95,7 @@ def cmd_failover(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from htap.replica.service import serve
+    from htap.ingest.service import serve  # loads DuckDB and the source drivers
 
     cfg = _config(args)
     stop = threading.Event()
@@ -120,8 +113,6 @@ def cmd_serve(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from htap.status import source_statuses, table_statuses
-
     cfg = _config(args)
     statuses = table_statuses(cfg)
     if args.json:
@@ -143,8 +134,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_spark_conf(args) -> int:
-    from htap.catalog.shim import spark_conf
-    from htap.conf import resolve_config_path
+    from htap.catalog.shim import spark_conf  # compiles the Java shim
 
     cfg_path = resolve_config_path(args.config)
     conf = spark_conf(args.catalog, cfg_path, args.source)
@@ -157,13 +147,13 @@ def cmd_spark_conf(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from htap.demo import run_demo
+    from htap.app.demo import run_demo  # starts Spark
 
     return run_demo(args.dsn)
 
 
 def cmd_verify_data(args) -> int:
-    from htap.verify.data import DataOptions, verify_data
+    from htap.verify.data import DataOptions, verify_data  # DuckDB and Postgres
     from htap.verify.expectations import write_validations
 
     cfg = _config(args)
@@ -203,7 +193,7 @@ def cmd_verify_data(args) -> int:
 
 
 def cmd_verify_replay(args) -> int:
-    from htap.verify.replay import ReplayOptions, run_replay
+    from htap.verify.replay import ReplayOptions, run_replay  # starts Spark
 
     cfg = _config(args)
     opts = ReplayOptions(

@@ -15,7 +15,13 @@ from pathlib import Path
 import psycopg2
 
 from htap import localpg
+from htap.app.cli import main as htap
+from htap.catalog.shim import spark_session
+from htap.conf import load_config
 from htap.errors import SourceError
+from htap.ingest.service import serve
+from htap.replica.metadata import MetadataStore
+from htap.seq import lsn_to_int
 
 DEFAULT_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 DEMO_DIR = Path(".htap-demo")
@@ -50,12 +56,6 @@ def _wait(what: str, predicate, timeout: float = 60) -> None:
 
 
 def run_demo(dsn: str | None) -> int:
-    from htap.catalog.shim import spark_session
-    from htap.cli import main as htap
-    from htap.conf import load_config
-    from htap.replica.metadata import MetadataStore
-    from htap.replica.service import serve
-
     logging.getLogger("htap").setLevel(logging.WARNING)
     dsn = _logical_dsn(dsn)
     print(f"[demo] source: {dsn}")
@@ -107,8 +107,6 @@ def run_demo(dsn: str | None) -> int:
         cur.execute("UPDATE htap_demo.orders SET amount = amount + 1000 WHERE region = 'apac' AND id <= 10")
         cur.execute("INSERT INTO htap_demo.orders VALUES (100001, 'emea', 5000, now())")
         cur.execute("SELECT pg_current_wal_lsn()")
-        from htap.connectors.postgres import lsn_to_int
-
         target = lsn_to_int(cur.fetchone()[0])
         started = time.monotonic()
         _wait("the change to reach the replica",

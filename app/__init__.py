@@ -1,0 +1,1 @@
+"""The application layer: the `htap` command line, the end-to-end demo and the status report."""

@@ -1,0 +1,152 @@
+"""Applying a source's change events to per-table buffers, one transaction at a time.
+
+Pure bookkeeping, no I/O: the applier knows which transactions are re-sends (at or below the
+durable position) and which changes a table's initial copy already holds (at or below its copy
+seq), buffers the rest, and tells its caller what it cannot decide alone (a schema change to
+follow, a table to copy again, a table that failed) as actions. The scheduler
+(`htap.ingest.service`) performs them; the checkpointer drains the buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pyarrow as pa
+
+from htap.connectors.changes import Begin, Commit, Event, Progress, Relation, RowChange, Truncate
+from htap.errors import HtapError
+from htap.ingest.buffer import TableBuffer
+from htap.replica.models import TableInfo
+
+
+@dataclass(frozen=True)
+class FollowSchema:
+    """The source's rows for the table now carry other columns (from its next change on)."""
+
+    table_id: int
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Recopy:
+    """The table cannot be followed change by change any more: copy it again."""
+
+    table_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A change of the table cannot be applied: the table stops, the source goes on."""
+
+    table_id: int
+    error: HtapError
+
+
+Action = FollowSchema | Recopy | Failed
+
+
+class TransactionApplier:
+    """Buffers the changes of the streaming tables of one source (see the module docstring)."""
+
+    def __init__(self, tables: list[TableInfo], decode: Callable[[list, pa.DataType], pa.Array], position: int):
+        self.decode = decode
+        self.tables: dict[int, TableInfo] = {t.id: t for t in tables}
+        self.by_name: dict[tuple[str, str], int] = {(t.schema, t.name): t.id for t in tables}
+        self.buffers: dict[int, TableBuffer] = {t.id: TableBuffer(t, decode) for t in tables}
+        self.position = position  # durable: transactions at or below it are re-sends
+        self.in_txn = False
+        self.skip_txn = False
+        self.txn_seq = position
+        self.last_commit = position
+        self.buffered = 0  # changes buffered since the last checkpoint
+        self.truncations: list[tuple[int, int]] = []  # (table id, seq) since the last checkpoint
+
+    @property
+    def safe_seq(self) -> int:
+        """Every commit up to this seq has been applied (valid between transactions)."""
+        return max(self.position, self.last_commit)
+
+    def _wanted(self, table_id: int | None) -> bool:
+        """Whether the current transaction's changes of this table go into its buffer."""
+        return (
+            table_id in self.buffers
+            and not self.skip_txn
+            and self.txn_seq > (self.tables[table_id].copy_seq or 0)
+        )
+
+    def apply(self, event: Event) -> Action | None:
+        if isinstance(event, RowChange):
+            return self._row(event)
+        if isinstance(event, Begin):
+            self.in_txn, self.txn_seq = True, event.seq
+            self.skip_txn = self.txn_seq <= self.position
+        elif isinstance(event, Commit):
+            self.in_txn = False
+            self.last_commit = max(self.last_commit, event.seq)
+        elif isinstance(event, Progress):
+            if not self.in_txn:
+                self.last_commit = max(self.last_commit, event.seq)
+        elif isinstance(event, Relation):
+            tid = self.by_name.get((event.schema, event.table))
+            stale = self.skip_txn or (self.in_txn and tid in self.tables and not self._wanted(tid))
+            if tid in self.buffers and not stale and list(event.columns) != self.buffers[tid].names:
+                return FollowSchema(tid, tuple(event.columns))
+        elif isinstance(event, Truncate):
+            for schema, name in event.tables:
+                tid = self.by_name.get((schema, name))
+                if self._wanted(tid):
+                    self.buffers[tid].truncate(self.txn_seq)
+                    self.truncations.append((tid, self.txn_seq))
+        return None
+
+    def _row(self, event: RowChange) -> Action | None:
+        tid = self.by_name.get((event.schema, event.table))
+        if not self._wanted(tid):
+            return None
+        buf = self.buffers[tid]
+        if len(event.values) != len(buf.names):  # never misalign values and columns
+            return Recopy(tid, f"a change carried {len(event.values)} columns, the replica has {len(buf.names)}")
+        try:
+            if event.op == "delete":
+                buf.delete(event.values, self.txn_seq)
+            else:
+                if event.old is not None and buf.key_of(event.old) != buf.key_of(event.values):
+                    buf.delete(event.old, self.txn_seq)  # the key itself changed
+                buf.upsert(event.values, self.txn_seq)
+        except HtapError as e:
+            return Failed(tid, e)
+        self.buffered += 1
+        return None
+
+    def drop(self, table_id: int) -> None:
+        """Stop following a table (re-copied or failed); its buffered changes are discarded."""
+        self.buffers.pop(table_id, None)
+        table = self.tables.pop(table_id, None)
+        if table is not None:
+            self.by_name.pop((table.schema, table.name), None)
+        self.truncations = [(t, s) for t, s in self.truncations if t != table_id]
+
+    def retable(self, table: TableInfo) -> None:
+        """The table's logical schema changed (metadata only): later changes use the new one."""
+        self.tables[table.id] = table
+        self.buffers[table.id].retable(table)
+
+    def pending(self) -> bool:
+        return any(b.pending() for b in self.buffers.values()) or bool(self.truncations)
+
+    def drain(self) -> tuple[list[tuple[TableInfo, pa.Table]], list[tuple[int, int]]]:
+        """Everything buffered since the last checkpoint, per table and schema, plus the
+        truncations; the buffers start empty."""
+        parts = [part for b in self.buffers.values() if b.pending() for part in b.drain_all()]
+        truncations, self.truncations = self.truncations, []
+        self.buffered = 0
+        return parts, truncations
+
+    def checkpointed(self, position: int, tables: dict[int, TableInfo]) -> None:
+        """Everything up to `position` is durable; `tables` are the followed tables as stored now."""
+        self.position = position
+        for tid in list(self.tables):
+            if tid in tables:
+                self.tables[tid] = tables[tid]
