@@ -52,13 +52,15 @@ SOURCE_KEYS: dict[str, tuple[object, str]] = {
     "topics": ([], "debezium: data topics to read instead of <prefix>.<schema>.<table>"),
     "group_id": ("", "debezium: Kafka consumer group; default htap_<source>"),
     "unavailable_value_placeholder": ("__debezium_unavailable_value", "debezium: the connector's unavailable.value.placeholder"),
+    "session_timeout_ms": (10_000, "debezium: Kafka consumer-group session timeout; joining the group takes about half of it"),
 }
 SOURCE_KINDS = ("postgres", "mysql", "debezium")
 # Which keys apply to which kind (a key of another kind is an error naming it).
 KIND_KEYS: dict[str, tuple[str, ...]] = {
     "postgres": ("kind", "dsn", "slot", "publication"),
     "mysql": ("kind", "dsn", "host", "port", "user", "password", "database", "server_id"),
-    "debezium": ("kind", "path", "bootstrap_servers", "topic_prefix", "topics", "group_id", "unavailable_value_placeholder"),
+    "debezium": ("kind", "path", "bootstrap_servers", "topic_prefix", "topics", "group_id", "unavailable_value_placeholder",
+                 "session_timeout_ms"),
 }
 
 
@@ -88,6 +90,7 @@ class SourceConfig:
     topics: tuple[str, ...] = ()
     group_id: str = ""
     unavailable_value_placeholder: str = "__debezium_unavailable_value"
+    session_timeout_ms: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,15 @@ def _debezium_source(name: str, sraw: dict, path: Path) -> SourceConfig:
         topics=tuple(topics),
         group_id=sraw.get("group_id") or f"htap_{name}",
         unavailable_value_placeholder=sraw.get("unavailable_value_placeholder", SOURCE_KEYS["unavailable_value_placeholder"][0]),
+        session_timeout_ms=_positive_int(sraw, "session_timeout_ms", name, path),
     )
+
+
+def _positive_int(sraw: dict, key: str, name: str, path: Path) -> int:
+    value = sraw.get(key, SOURCE_KEYS[key][0])
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{path}: sources.{name}.{key} must be a positive integer, got {value!r}")
+    return value
 
 
 def _check_keys(section: dict, known: set[str], path: Path, prefix: str) -> None:

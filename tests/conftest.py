@@ -8,11 +8,11 @@ import time
 
 import psycopg2
 import pytest
-from workspace import DEADLINE_S, HTAP, Workspace, current_lsn, wait_until  # noqa: F401  (shared with tests)
 
 from htap.catalog.shim import spark_session
 
 from services import SERVICES, pg_dsn
+from workspace import DEADLINE_S, HTAP, Workspace, current_lsn, wait_until  # noqa: F401  (shared with tests)
 
 pytest_plugins = ["mysql_support"]
 
