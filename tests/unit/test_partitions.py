@@ -229,3 +229,48 @@ def test_range_pruning_never_drops_a_matching_row(keys, splits, op, bound):
     for part, rows in split_by_partition(data, "k", arr):
         if pc.any(test(rows.column("k"), bound)).as_py():
             assert part in kept
+
+
+# --- double keys: NaN sorts above every number (as in Postgres, DuckDB and Spark) -----------------
+
+float_keys = st.lists(
+    st.floats(allow_nan=False, allow_infinity=True, width=64).map(lambda f: 0.0 if f == 0 else f),
+    max_size=40, unique=True,
+)
+float_splits = st.lists(st.floats(allow_nan=False, allow_infinity=True), max_size=5, unique=True).map(sorted)
+
+
+def test_a_nan_key_is_kept_and_found_in_the_last_partition():
+    data = pa.table({"k": pa.array([1.0, float("nan"), -1.0, float("inf")])})
+    splits = pa.array([0.5], pa.float64())
+    parts = split_by_partition(data, "k", splits)
+    assert sum(rows.num_rows for _, rows in parts) == 4  # the NaN row used to vanish here
+    assert [(p, sorted(map(repr, rows.column("k").to_pylist()))) for p, rows in parts] == [
+        (0, ["-1.0"]), (1, ["1.0", "inf", "nan"])
+    ]
+    assert matching_partitions(splits, "k", [cmp("eq", "k", "double", "NaN")]) == [1]
+    assert matching_partitions(splits, "k", [cmp("gt", "k", "double", 1e308)]) == [1]
+    assert matching_partitions(splits, "k", [cmp("lt", "k", "double", "NaN")]) == [0, 1]
+
+
+def test_a_nan_split_point_keeps_every_row():
+    data = pa.table({"k": pa.array([1.0, float("nan"), -1.0])})
+    splits = pa.array([0.0, float("nan")], pa.float64())
+    parts = split_by_partition(data, "k", splits)
+    assert [(p, rows.num_rows) for p, rows in parts] == [(0, 1), (1, 1), (2, 1)]
+    assert matching_partitions(splits, "k", [cmp("eq", "k", "double", "NaN")]) == [2]
+    assert matching_partitions(splits, "k", [cmp("eq", "k", "double", 5.0)]) == [1]
+
+
+@PROPERTY
+@given(float_keys, st.booleans(), float_splits, st.booleans())
+def test_double_keys_land_where_eq_pruning_looks(keys, with_nan, splits, nan_split):
+    keys = keys + ([float("nan")] if with_nan else [])
+    splits = splits + ([float("nan")] if nan_split else [])
+    arr = pa.array(splits, pa.float64()) if splits else None
+    data = pa.table({"k": pa.array(keys, pa.float64()), "i": list(range(len(keys)))})
+    parts = split_by_partition(data, "k", arr)
+    assert sorted(i for _, rows in parts for i in rows.column("i").to_pylist()) == list(range(len(keys)))
+    for part, rows in parts:
+        for k in rows.column("k").to_pylist():
+            assert matching_partitions(arr, "k", [cmp("eq", "k", "double", k)]) == [part]
