@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,7 +290,7 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             lines.append(f"# metadata = \"\"  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
-    lines += ["", f"[sources.{source_name}]", f"kind = {_toml_value(kind)}"]
+    lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind == "debezium":
         # dsn: kafka://host:port[,host:port]/<topic prefix>, or a file or folder of events.
         if dsn.startswith("kafka://"):
@@ -302,7 +303,25 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
     return "\n".join(lines) + "\n"
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_key(k: str) -> str:
+    """A TOML key: bare when it can be, else quoted (so `my shop` or `a.b` stay one key)."""
+    return k if _BARE_KEY.fullmatch(k) else _toml_value(k)
+
+
 def _toml_value(v: object) -> str:
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_toml_char(c) for c in v) + '"'
     return repr(v)
+
+
+def _toml_char(c: str) -> str:
+    """One character inside a TOML basic string (control characters must be escaped)."""
+    if c in _TOML_ESCAPES:
+        return _TOML_ESCAPES[c]
+    if ord(c) < 0x20 or ord(c) == 0x7F:
+        return f"\\u{ord(c):04X}"
+    return c

@@ -324,3 +324,28 @@ def test_render_config_debezium_file_and_kafka():
 def test_render_config_escapes_quotes_and_backslashes():
     dsn = 'host=db password=\'a"b\\c\''
     assert rendered("shop", dsn, warehouse="C:\\wh").source().dsn == dsn
+
+
+@PROPERTY
+@given(st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=30))
+def test_render_config_round_trips_any_dsn_text(dsn):
+    assert rendered("shop", dsn).source("shop").dsn == dsn
+
+
+@PROPERTY
+@given(st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20))
+def test_render_config_round_trips_any_source_name(name):
+    cfg = rendered(name, "host=db")
+    assert list(cfg.sources) == [name]
+    assert cfg.source(name).slot == f"htap_{name}"
+
+
+@pytest.mark.parametrize("name", ["my shop", "a.b", "shop:1", "ünï", "x]"])
+def test_render_config_quotes_source_names_that_are_not_bare_keys(name):
+    text = render_config(name, "host=db")
+    assert list(parse(tomllib.loads(text)).sources) == [name]
+
+
+def test_render_config_escapes_control_characters():
+    dsn = "host=db\noptions='-c a=b'\t\x7f\x00"
+    assert rendered("shop", dsn).source().dsn == dsn
