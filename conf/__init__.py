@@ -145,6 +145,9 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 
 def parse_config(raw: dict, path: Path) -> HtapConfig:
     _check_keys(raw, {"replica", "sources"}, path, "")
+    for section in ("replica", "sources"):
+        if not isinstance(raw.get(section, {}), dict):
+            raise ConfigError(f"{path}: [{section}] must be a table")
     replica = raw.get("replica", {})
     _check_keys(replica, set(REPLICA_KEYS), path, "replica.")
     values = {k: replica.get(k, default) for k, (default, _) in REPLICA_KEYS.items()}
@@ -159,10 +162,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     numbers = {}
     for key, (default, _) in REPLICA_KEYS.items():
         if isinstance(default, (int, float)):
-            try:
-                numbers[key] = type(default)(values[key])
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"{path}: replica.{key} must be a number, got {values[key]!r}") from e
+            numbers[key] = _replica_number(key, values[key], type(default), path)
     sources = {}
     for name, sraw in raw.get("sources", {}).items():
         if not isinstance(sraw, dict):
@@ -198,6 +198,34 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         sources=sources,
         **numbers,
     )
+
+
+# Lowest value of each replica number the service can run with.
+REPLICA_MINIMUM: dict[str, float] = {
+    "flush_interval_s": 0, "flush_max_changes": 1, "partition_rows": 1, "window_s": 0, "pin_ttl_s": 0,
+    "compaction_interval_s": 0, "compaction_min_bytes": 1, "max_deltas": 1,
+}
+
+
+def _replica_number(key: str, value: object, kind: type, path: Path) -> int | float:
+    """A replica setting as `kind` (int or float), inside the range the service can run with."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{path}: replica.{key} must be a number, got {value!r}")
+    try:
+        number = kind(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: replica.{key} must be a number, got {value!r}") from e
+    if kind is int and isinstance(value, float) and value != number:
+        raise ConfigError(f"{path}: replica.{key} must be a whole number, got {value!r}")
+    if key == "compaction_ratio" and not number > 1:
+        # pick() grows the size limit by this factor until two deltas fit: at 1 or less it never does.
+        raise ConfigError(
+            f"{path}: replica.compaction_ratio must be greater than 1 (the growth of the compaction size tiers), got {number!r}"
+        )
+    low = REPLICA_MINIMUM.get(key)
+    if low is not None and not number >= low:
+        raise ConfigError(f"{path}: replica.{key} must be at least {low}, got {number!r}")
+    return number
 
 
 def _mysql_source(name: str, sraw: dict, path: Path) -> SourceConfig:

@@ -81,3 +81,13 @@ def test_pick_chooses_the_smallest_tier_with_two_deltas(byte_sizes, min_bytes, r
         # and the tier below held fewer than two
         if biggest > min_bytes:
             assert sum(1 for d in ds if d.bytes <= biggest / ratio) < 2
+
+
+@pytest.mark.parametrize("kw", [{"ratio": 1.0}, {"ratio": 0.5}, {"min_bytes": 0}, {"max_deltas": 0}])
+def test_a_policy_that_could_never_pick_is_refused(kw):
+    # ratio <= 1 or min_bytes 0 made pick() loop forever on deltas of different tiers; max_deltas 0
+    # rewrote a partition's only delta on every pass.
+    from htap.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="compaction"):
+        Policy(**{"min_bytes": 100, "ratio": 4.0, "max_deltas": 5, **kw})

@@ -349,3 +349,39 @@ def test_render_config_quotes_source_names_that_are_not_bare_keys(name):
 def test_render_config_escapes_control_characters():
     dsn = "host=db\noptions='-c a=b'\t\x7f\x00"
     assert rendered("shop", dsn).source().dsn == dsn
+
+
+# --- values the service cannot run with ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("compaction_ratio", 1, "replica.compaction_ratio must be greater than 1 (the growth of the compaction size tiers), got 1.0"),
+        ("compaction_ratio", 0.5, "replica.compaction_ratio must be greater than 1"),
+        ("compaction_ratio", float("nan"), "replica.compaction_ratio must be greater than 1"),
+        ("compaction_min_bytes", 0, "replica.compaction_min_bytes must be at least 1, got 0"),
+        ("max_deltas", 0, "replica.max_deltas must be at least 1, got 0"),
+        ("partition_rows", 0, "replica.partition_rows must be at least 1, got 0"),
+        ("flush_max_changes", -5, "replica.flush_max_changes must be at least 1, got -5"),
+        ("window_s", -1, "replica.window_s must be at least 0, got -1.0"),
+        ("flush_interval_s", -0.5, "replica.flush_interval_s must be at least 0, got -0.5"),
+        ("max_deltas", True, "replica.max_deltas must be a number, got True"),
+        ("flush_max_changes", 1.5, "replica.flush_max_changes must be a whole number, got 1.5"),
+    ],
+)
+def test_out_of_range_numbers_name_the_key(key, value, message):
+    assert message in error({"replica": {key: value}})
+
+
+def test_whole_floats_are_accepted_for_integer_keys():
+    assert parse({"replica": {"flush_max_changes": 1e5}}).flush_max_changes == 100_000
+
+
+def test_a_compaction_interval_of_zero_disables_compaction_and_is_allowed():
+    assert parse({"replica": {"compaction_interval_s": 0}}).compaction_interval_s == 0.0
+
+
+@pytest.mark.parametrize("raw,message", [({"replica": 5}, "[replica] must be a table"), ({"sources": "shop"}, "[sources] must be a table")])
+def test_sections_must_be_tables(raw, message):
+    assert error(raw) == f"{CFG}: {message}"
