@@ -261,3 +261,11 @@ def test_skip_decisions_are_per_transaction(seq):
     txn(a, 100, row())  # skipped
     txn(a, seq, row())  # applied
     assert [v[2] for v in versions(a, 1)] == [seq]
+
+
+def test_a_relation_between_transactions_after_a_re_sent_one_is_followed():
+    # Whether a transaction was a re-send says nothing about a Relation that comes after its commit
+    # (MySQL DDL and Debezium schema change events arrive between transactions).
+    a = applier(position=200)
+    txn(a, 150, row())
+    assert a.apply(Relation("public", "orders", ("id", "v", "w"))) == FollowSchema(1, ("id", "v", "w"))
