@@ -68,6 +68,28 @@ def split_by_partition(data: pa.Table, key0: str, splits: pa.Array | None) -> li
     return out
 
 
+def partition_filter(key0: str, splits: pa.Array | None, part: int):
+    """A pyarrow.dataset filter selecting the rows of partition `part` (exactly those that
+    split_by_partition puts there), or None when there is only one partition."""
+    import pyarrow.dataset as ds
+
+    if splits is None:
+        return None
+    key = ds.field(key0)
+    floating = pa.types.is_floating(splits.type)
+
+    def at_or_above(split: pa.Scalar):
+        above = key >= split.as_py()
+        return (above | pc.is_nan(key)) if floating else above
+
+    conditions = []
+    if part > 0:
+        conditions.append(at_or_above(splits[part - 1]))
+    if part < len(splits):
+        conditions.append(~at_or_above(splits[part]))
+    return conditions[0] if len(conditions) == 1 else conditions[0] & conditions[1]
+
+
 def _at_or_above(keys, split: pa.Scalar):
     """keys >= split, with NaN above every number (and equal to itself)."""
     above = pc.greater_equal(keys, split)

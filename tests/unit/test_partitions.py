@@ -274,3 +274,48 @@ def test_double_keys_land_where_eq_pruning_looks(keys, with_nan, splits, nan_spl
     for part, rows in parts:
         for k in rows.column("k").to_pylist():
             assert matching_partitions(arr, "k", [cmp("eq", "k", "double", k)]) == [part]
+
+
+# --- the initial copy's dataset filter selects the same rows as split_by_partition -----------------
+
+
+def _copy_parts(data: pa.Table, key0: str, splits) -> list[tuple[int, list]]:
+    import pyarrow.dataset as ds
+
+    from htap.replica.partitions import partition_filter
+
+    dataset = ds.dataset(data)
+    out = []
+    for part in range(partition_count(splits)):
+        rows = dataset.to_table(filter=partition_filter(key0, splits, part))
+        if rows.num_rows:
+            out.append((part, sorted(rows.column("i").to_pylist())))
+    return out
+
+
+def test_the_copy_filter_keeps_a_nan_key():
+    data = pa.table({"k": [1.0, float("nan"), -1.0], "i": [0, 1, 2]})
+    assert _copy_parts(data, "k", pa.array([0.5])) == [(0, [2]), (1, [0, 1])]
+
+
+def test_the_copy_filter_without_splits_is_everything():
+    from htap.replica.partitions import partition_filter
+
+    assert partition_filter("k", None, 0) is None
+
+
+@PROPERTY
+@given(st.one_of(
+    st.tuples(int_keys.map(lambda ks: pa.array(ks, pa.int64())), int_splits.map(lambda s: pa.array(s, pa.int64()) if s else None)),
+    st.tuples(
+        st.tuples(float_keys, st.booleans()).map(lambda t: pa.array(t[0] + ([float("nan")] if t[1] else []), pa.float64())),
+        st.tuples(float_splits, st.booleans()).map(
+            lambda t: pa.array(t[0] + ([float("nan")] if t[1] else []), pa.float64()) if t[0] or t[1] else None),
+    ),
+))
+def test_the_copy_filter_and_split_by_partition_agree(keys_and_splits):
+    keys, splits = keys_and_splits
+    data = pa.table({"k": keys, "i": list(range(len(keys)))})
+    expected = [(p, sorted(rows.column("i").to_pylist())) for p, rows in split_by_partition(data, "k", splits)]
+    assert _copy_parts(data, "k", splits) == expected
+    assert sorted(i for _, ids in expected for i in ids) == list(range(len(keys)))
