@@ -30,6 +30,9 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
+# Properties whose examples each run several DuckDB queries (merge-on-read): fewer by default.
+HEAVY_PROPERTY = settings(PROPERTY, max_examples=max(40, settings.default.max_examples))
+
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 
