@@ -395,3 +395,14 @@ def test_read_replica_refuses_a_result_of_the_wrong_width(tmp_path):
 def test_no_test_switch_is_left_on():
     assert os.environ.get(BREAK_PUSHDOWN_ENV) != "1"
 
+
+def test_a_scan_that_needs_no_column_returns_rows_without_columns(tmp_path):
+    # `SELECT 1 FROM t` or `count(*)` under a filter Spark keeps: Spark prunes every column and
+    # wants the rows as zero-column batches. DuckDB has no zero-column SELECT: this used to be a
+    # parser error reported as a damaged replica (and the table was marked unhealthy).
+    pq.write_table(as_delta([version(k, k, seq=1) for k in range(5)] + [version(3, seq=2, op=OP_DELETE)]), tmp_path / "d.parquet")
+    empty = pa.schema([])
+    for sp in (PushedSubplan(columns=()), PushedSubplan(columns=(), filters=(cmp("gt", "a", "long", 0),))):
+        batches = list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 2, sp, empty))
+        assert all(b.num_columns == 0 and b.schema.equals(empty) for b in batches)
+        assert sum(b.num_rows for b in batches) == (4 if not sp.filters else 3)
