@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from htap.connectors.pgtypes import UNBOUNDED_NUMERIC, arrow_type, decode_text_column
 from htap.errors import TableError
 
-from unit_support import PROPERTY, UTC
+from unit_support import HEAVY_PROPERTY, PROPERTY, UTC
 
 
 @pytest.mark.parametrize(
@@ -184,15 +184,15 @@ def test_doubles_printed_by_postgres_decode_to_the_same_value(values):
     assert [repr(g) for g in got] == [repr(v) for v in values]
 
 
-@PROPERTY
+@HEAVY_PROPERTY
 @given(st.lists(st.one_of(st.none(), st.binary(max_size=16)), max_size=10))
 def test_bytea_round_trip(values):
     text = [None if v is None else "\\x" + v.hex() for v in values]
     assert decode(text, pa.binary()) == values
 
 
-@PROPERTY
-@given(st.lists(st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)), max_size=10))
-def test_int_arrays_round_trip(values):
-    text = "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
-    assert decode([text], pa.list_(pa.int32())) == [values]
+@HEAVY_PROPERTY
+@given(st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)), max_size=6)), max_size=8))
+def test_int_arrays_round_trip(arrays):
+    text = [None if a is None else "{" + ",".join("NULL" if v is None else str(v) for v in a) + "}" for a in arrays]
+    assert decode(text, pa.list_(pa.int32())) == arrays
