@@ -114,11 +114,11 @@ C = st.none() | st.sampled_from([0.5, -1.0, 2.25])
 
 
 @st.composite
-def version_sets(draw, partial=True, max_seq=12):
+def version_sets(draw, partial=True, max_seq=12, keys=KEYS):
     """Arbitrary stored versions: at most one per (key, seq), deletes and partial updates anywhere;
     unset columns hold garbage the merge must ignore."""
     out = []
-    for k in draw(st.lists(KEYS, unique=True, max_size=6)):
+    for k in draw(st.lists(keys, unique=True, max_size=6)):
         for seq in draw(st.lists(st.integers(1, max_seq), unique=True, min_size=1, max_size=4)):
             if draw(st.integers(0, 4)) == 0:
                 out.append(version(k, seq=seq, op=OP_DELETE))
@@ -180,7 +180,9 @@ def base_and_newer(draw):
             base.append(version(k, seq=seq, op=OP_DELETE))
         else:
             base.append(version(k, draw(A), draw(B), draw(C), seq=seq))
-    newer = [draw(version_sets(partial=False, max_seq=6)) for _ in range(draw(st.integers(0, 3)))]
+    # newer versions mostly of keys the base holds: the base's version must then lose
+    keys = st.one_of(st.sampled_from([v["k"] for v in base]), KEYS) if base else KEYS
+    newer = [draw(version_sets(partial=False, max_seq=6, keys=keys)) for _ in range(draw(st.integers(0, 3)))]
     newer = [[{**v, SEQ: v[SEQ] + 5} for v in vs] for vs in newer]  # seqs 6..11, all above the base
     # one version per (key, seq) across deltas, as the store guarantees
     seen, unique_newer = set(), []
