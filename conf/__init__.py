@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +148,9 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 
 def parse_config(raw: dict, path: Path) -> HtapConfig:
     _check_keys(raw, {"replica", "sources"}, path, "")
+    for section in ("replica", "sources"):
+        if not isinstance(raw.get(section, {}), dict):
+            raise ConfigError(f"{path}: [{section}] must be a table")
     replica = raw.get("replica", {})
     _check_keys(replica, set(REPLICA_KEYS), path, "replica.")
     values = {k: replica.get(k, default) for k, (default, _) in REPLICA_KEYS.items()}
@@ -161,10 +165,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     numbers = {}
     for key, (default, _) in REPLICA_KEYS.items():
         if isinstance(default, (int, float)):
-            try:
-                numbers[key] = type(default)(values[key])
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"{path}: replica.{key} must be a number, got {values[key]!r}") from e
+            numbers[key] = _replica_number(key, values[key], type(default), path)
     sources = {}
     for name, sraw in raw.get("sources", {}).items():
         if not isinstance(sraw, dict):
@@ -200,6 +201,34 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         sources=sources,
         **numbers,
     )
+
+
+# Lowest value of each replica number the service can run with.
+REPLICA_MINIMUM: dict[str, float] = {
+    "flush_interval_s": 0, "flush_max_changes": 1, "partition_rows": 1, "window_s": 0, "pin_ttl_s": 0,
+    "compaction_interval_s": 0, "compaction_min_bytes": 1, "max_deltas": 1,
+}
+
+
+def _replica_number(key: str, value: object, kind: type, path: Path) -> int | float:
+    """A replica setting as `kind` (int or float), inside the range the service can run with."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{path}: replica.{key} must be a number, got {value!r}")
+    try:
+        number = kind(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: replica.{key} must be a number, got {value!r}") from e
+    if kind is int and isinstance(value, float) and value != number:
+        raise ConfigError(f"{path}: replica.{key} must be a whole number, got {value!r}")
+    if key == "compaction_ratio" and not number > 1:
+        # pick() grows the size limit by this factor until two deltas fit: at 1 or less it never does.
+        raise ConfigError(
+            f"{path}: replica.compaction_ratio must be greater than 1 (the growth of the compaction size tiers), got {number!r}"
+        )
+    low = REPLICA_MINIMUM.get(key)
+    if low is not None and not number >= low:
+        raise ConfigError(f"{path}: replica.{key} must be at least {low}, got {number!r}")
+    return number
 
 
 def _mysql_source(name: str, sraw: dict, path: Path) -> SourceConfig:
@@ -300,7 +329,7 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             lines.append(f"# metadata = \"\"  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
-    lines += ["", f"[sources.{source_name}]", f"kind = {_toml_value(kind)}"]
+    lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind == "debezium":
         # dsn: kafka://host:port[,host:port]/<topic prefix>, or a file or folder of events.
         if dsn.startswith("kafka://"):
@@ -313,7 +342,25 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
     return "\n".join(lines) + "\n"
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_key(k: str) -> str:
+    """A TOML key: bare when it can be, else quoted (so `my shop` or `a.b` stay one key)."""
+    return k if _BARE_KEY.fullmatch(k) else _toml_value(k)
+
+
 def _toml_value(v: object) -> str:
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_toml_char(c) for c in v) + '"'
     return repr(v)
+
+
+def _toml_char(c: str) -> str:
+    """One character inside a TOML basic string (control characters must be escaped)."""
+    if c in _TOML_ESCAPES:
+        return _TOML_ESCAPES[c]
+    if ord(c) < 0x20 or ord(c) == 0x7F:
+        return f"\\u{ord(c):04X}"
+    return c

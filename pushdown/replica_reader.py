@@ -50,6 +50,10 @@ def replica_sql(
     if os.environ.get(BREAK_PUSHDOWN_ENV) == "1":
         broken = tuple(dataclasses.replace(f, op="le") if f.op == "lt" else f for f in subplan.filters)
         subplan = dataclasses.replace(subplan, filters=broken)
+    if not subplan.aggregating and subplan.columns == ():
+        # Spark wants only the rows (`SELECT 1 FROM t`), but DuckDB cannot SELECT no column:
+        # select the first key column, which read_replica drops again (_conform).
+        subplan = dataclasses.replace(subplan, columns=(key[0],))
     wanted = subplan.referenced_columns()
     needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
@@ -110,6 +114,8 @@ def read_replica(
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """Rename to the output names and cast to the exact types Spark expects."""
+    if len(schema) == 0:
+        return batch.select([])  # the rows, without columns (see replica_sql)
     if batch.num_columns != len(schema):
         raise ReplicaError(f"replica query returned {batch.num_columns} columns, Spark expects {len(schema)}")
     arrays = [col.cast(field.type) if col.type != field.type else col for col, field in zip(batch.columns, schema)]
