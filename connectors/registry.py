@@ -17,7 +17,7 @@ def open_source(config: SourceConfig) -> ChangeSource:
 
         return MySQLSource(config)
     if config.kind == "debezium":
-        from htap.connectors.debezium import DebeziumSource
+        from htap.connectors.debezium.source import DebeziumSource
 
         return DebeziumSource(config)
     raise ConfigError(f"source {config.name}: kind {config.kind!r} is not supported")

@@ -233,7 +233,7 @@ def test_mysql_connector_events_without_metadata_through_the_replica_reader(dbz)
 def _table_info(schema, name, columns, key):
     import pyarrow as pa
 
-    from htap.connectors.debezium import arrow_type
+    from htap.connectors.debezium.connect_types import arrow_type
     from htap.replica.models import Column, TableInfo, encode_schema
 
     cols = tuple(Column(n, t, True) for n, t in columns)
@@ -252,7 +252,8 @@ def _pg(op, before, after, lsn, txid, last_commit=None, table="t", txn=None):
 
 
 def _run(records, tables, from_seq=0):
-    from htap.connectors.debezium import Assembler, Record
+    from htap.connectors.debezium.assembler import Assembler
+    from htap.connectors.debezium.envelope import Record
 
     a = Assembler(tables, from_seq, PLACEHOLDER)
     for topic, value in records:
@@ -326,7 +327,7 @@ def test_connect_types_decode_to_replica_values():
     import pyarrow as pa
 
     from htap.connectors.changes import UNSET
-    from htap.connectors.debezium import arrow_type, decoder, type_string
+    from htap.connectors.debezium.connect_types import arrow_type, decoder, type_string
 
     cases = [
         ({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "3", "connect.decimal.precision": "9"}},

@@ -23,13 +23,14 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from conftest import normalized, wait_until
-from debezium_events import PgEvents, customer, order
 from htap.conf import load_config
 from htap.pushdown.replica_reader import read_plan
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import pin_and_plan
 from htap.rewrite.subplan import PushedSubplan
+
+from conftest import normalized, wait_until
+from debezium_events import PgEvents, customer, order
 from services import SERVICES
 from workspace import DebeziumWorkspace
 

@@ -6,14 +6,13 @@ import dataclasses
 
 import pyarrow as pa
 import pytest
+from unit_support import make_table
 
 from htap.connectors.changes import UNSET, Begin, Commit, Progress, Relation, RowChange, Truncate, python_values
 from htap.errors import HtapError
 from htap.ingest.applier import Failed, FollowSchema, Recopy, TransactionApplier
 from htap.ingest.buffer import SchemaChanged
 from htap.replica.models import OP, SEQ, UNSET_MASK
-
-from unit_support import make_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 ORDERS = make_table(SCHEMA, id=1, name="orders", copy_seq=100)

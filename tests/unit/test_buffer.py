@@ -6,12 +6,11 @@ import decimal
 
 import pyarrow as pa
 import pytest
+from unit_support import make_table
 
 from htap.connectors.changes import UNSET
 from htap.ingest.buffer import MAX_PARTIAL_COLUMNS, SchemaChanged, TableBuffer
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, ORD, SEQ, UNSET_MASK
-
-from unit_support import make_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("a", pa.string()), ("b", pa.int32()), ("c", pa.decimal128(6, 2))])
 

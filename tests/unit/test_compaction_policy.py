@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import PROPERTY, make_delta
 
 from htap.replica.compaction import Policy, pick
-
-from unit_support import PROPERTY, make_delta
 
 POLICY = Policy(min_bytes=100, ratio=4.0, max_deltas=5)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import PROPERTY
 
 from htap.conf import (
     CONFIG_ENV,
@@ -23,8 +24,6 @@ from htap.conf import (
     resolve_config_path,
 )
 from htap.errors import ConfigError
-
-from unit_support import PROPERTY
 
 CFG = Path("/etc/htap/htap.toml")
 PG = {"kind": "postgres", "dsn": "host=db user=r dbname=shop"}

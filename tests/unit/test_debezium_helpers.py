@@ -1,4 +1,4 @@
-"""connectors/debezium.py, the pure parts: records and envelopes, transaction ids, event
+"""connectors/debezium/, the pure parts: records and envelopes, transaction ids, event
 positions (commit order), Kafka Connect types and value decoding, topic names."""
 
 from __future__ import annotations
@@ -13,27 +13,22 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import PROPERTY
 
 from htap.conf import SourceConfig
 from htap.connectors.changes import UNSET
-from htap.connectors.debezium import (
+from htap.connectors.debezium.connect_types import (
     UNBOUNDED_DECIMAL,
-    Record,
-    _collection,
     _decimal_from_bytes,
     _format_time,
     arrow_type,
     decoder,
-    event_position,
-    kafka_topics,
-    parse_line,
-    txn_key,
     type_string,
-    unwrap,
 )
+from htap.connectors.debezium.envelope import Record, collection, parse_line, txn_key, unwrap
+from htap.connectors.debezium.positions import event_position
+from htap.connectors.debezium.transport import kafka_topics
 from htap.errors import SourceError, TableError
-
-from unit_support import PROPERTY
 
 P = "__debezium_unavailable_value"
 
@@ -88,9 +83,9 @@ def test_txn_key(txn_id, key):
 
 
 def test_collection_names():
-    assert _collection("public.orders") == ("public", "orders")
-    assert _collection("inventory.products.x") == ("inventory", "products.x")
-    assert _collection("orders") == ("", "orders")
+    assert collection("public.orders") == ("public", "orders")
+    assert collection("inventory.products.x") == ("inventory", "products.x")
+    assert collection("orders") == ("", "orders")
 
 
 # --- event positions -------------------------------------------------------------------------------

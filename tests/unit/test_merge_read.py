@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import HEAVY_PROPERTY, cmp, in_, is_null, matches, not_, or_, sortable
 
 from htap import engine
 from htap.errors import ReplicaError
@@ -28,8 +29,6 @@ from htap.pushdown.replica_reader import BREAK_PUSHDOWN_ENV, read_replica, repli
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
 from htap.rewrite.subplan import Aggregate, PushedSubplan
-
-from unit_support import HEAVY_PROPERTY, cmp, in_, is_null, matches, not_, or_, sortable
 
 KEY = ["k"]
 COLUMNS = ["k", "a", "b", "c"]

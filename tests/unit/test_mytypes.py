@@ -10,11 +10,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import PROPERTY
 
 from htap.connectors import mytypes as m
 from htap.errors import TableError
-
-from unit_support import PROPERTY
 
 
 @pytest.mark.parametrize(

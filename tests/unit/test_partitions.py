@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import PROPERTY, UTC, cmp, in_, is_null
 
 from htap import engine
 from htap.replica.partitions import (
@@ -20,8 +21,6 @@ from htap.replica.partitions import (
     partition_count,
     split_by_partition,
 )
-
-from unit_support import PROPERTY, UTC, cmp, in_, is_null
 
 # --- bounds ------------------------------------------------------------------------------------
 

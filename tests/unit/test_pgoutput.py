@@ -8,6 +8,7 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import PROPERTY
 
 from htap.connectors.changes import UNSET
 from htap.connectors.pgoutput import (
@@ -22,8 +23,6 @@ from htap.connectors.pgoutput import (
     Update,
     decode,
 )
-
-from unit_support import PROPERTY
 
 # --- building messages ------------------------------------------------------------------------
 

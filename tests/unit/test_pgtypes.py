@@ -12,11 +12,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import HEAVY_PROPERTY, PROPERTY, UTC
 
 from htap.connectors.pgtypes import UNBOUNDED_NUMERIC, arrow_type, decode_text_column
 from htap.errors import TableError
-
-from unit_support import HEAVY_PROPERTY, PROPERTY, UTC
 
 
 @pytest.mark.parametrize(

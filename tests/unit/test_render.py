@@ -12,11 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlglot import exp
-
-from htap import engine
-from htap.rewrite import render
-from htap.rewrite.subplan import Aggregate, Literal, Predicate, PushedSubplan, SubplanError
-
 from unit_support import (
     EPOCH,
     PROPERTY,
@@ -32,6 +27,10 @@ from unit_support import (
     not_,
     or_,
 )
+
+from htap import engine
+from htap.rewrite import render
+from htap.rewrite.subplan import Aggregate, Literal, Predicate, PushedSubplan, SubplanError
 
 ALL_COLUMNS = ["id", "s", "d", "ts", "tsn", "day", "dec", "b", "n"]
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from unit_support import make_table
 
 from htap.errors import HtapError
 from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route, RoutingError, decide
 from htap.replica.models import STATE_CATCHING_UP, STATE_UNHEALTHY
 from htap.replica.snapshot import Window
-
-from unit_support import make_table
 
 NOW = 10_000.0
 WINDOW = Window(50, 100)

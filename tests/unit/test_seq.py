@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import PROPERTY
 
 from htap.errors import ConfigError, SourceError
 from htap.seq import (
@@ -17,8 +18,6 @@ from htap.seq import (
     lsn_to_int,
     parse_seq,
 )
-
-from unit_support import PROPERTY
 
 U64 = st.integers(0, 2**64 - 1)
 I64 = st.integers(0, 2**63 - 1)

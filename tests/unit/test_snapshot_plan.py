@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from unit_support import cmp, in_, make_delta, make_table
 
+from htap.errors import ReplicaError
 from htap.replica.models import STATE_CATCHING_UP, STATE_UNHEALTHY
 from htap.replica.snapshot import (
     OutsideWindow,
@@ -17,10 +19,7 @@ from htap.replica.snapshot import (
     read_strategy,
     seq_for_time,
 )
-from htap.errors import ReplicaError
 from htap.rewrite.subplan import PushedSubplan
-
-from unit_support import cmp, in_, make_delta, make_table
 
 # --- read_strategy ------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from unit_support import lit_json
 
 from htap.errors import HtapError
 from htap.rewrite.subplan import (
@@ -18,8 +19,6 @@ from htap.rewrite.subplan import (
     PushedSubplan,
     SubplanError,
 )
-
-from unit_support import lit_json
 
 
 def test_empty_and_missing_text_is_the_identity_subplan():
