@@ -32,13 +32,15 @@ from htap.connectors.changes import (
     Event,
     Progress,
     Relation,
+    Retention,
     RowChange,
     Truncate,
+    decode_checked,
 )
 from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
-from htap.seq import lsn_to_int
+from htap.seq import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +115,6 @@ def describe_table(conn, schema: str, table: str) -> tuple[list[Column], list[st
             f"{schema}.{table} has no primary key; a replica applies updates and deletes by key: "
             f"add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) and add the table again"
         )
-    for c in columns:
-        arrow_type(c.source_type)  # raises for an unsupported type, naming it
     return columns, key
 
 
@@ -232,7 +232,13 @@ class PostgresStream(ChangeStream):
             )
         except psycopg2.Error as e:
             self.conn.close()
-            raise SourceError(f"cannot start streaming from slot {source.slot}: {e}") from e
+            detail = _first_line(e)
+            if "is active for PID" in detail:
+                raise SourceError(
+                    f"cannot stream source {source.name}: {detail}: another `htap serve` (or another client) is "
+                    f"reading slot {source.slot}; stop it, or give this source another slot name"
+                ) from e
+            raise SourceError(f"cannot start streaming source {source.name} from slot {source.slot}: {detail}") from e
         self.relations: dict[int, tuple[str, str]] = {}
         self.in_txn = False
         self.progress = from_seq
@@ -256,7 +262,7 @@ class PostgresStream(ChangeStream):
                     return None
                 select.select([self.conn], [], [], left)
         except psycopg2.Error as e:
-            raise SourceError(f"replication stream of source {self.source.name} failed: {e}") from e
+            raise SourceError(stream_failure(self.source.name, self.progress, e)) from e
 
     def _translate(self, m) -> Event | None:
         if isinstance(m, pgoutput.Begin):
@@ -290,10 +296,42 @@ class PostgresStream(ChangeStream):
         self.conn.close()
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def stream_failure(source: str, position: int, e: psycopg2.Error) -> str:
+    """What to tell the user when the replication stream breaks. A lost connection (the server
+    restarted or shut down, a network cut) shows up in libpq as a COPY_BOTH error without a
+    message, or as a closed connection: say so, and that the service reconnects."""
+    detail = _first_line(e)
+    lost = (
+        isinstance(e, (psycopg2.OperationalError, psycopg2.InterfaceError))
+        or "no message from the libpq" in detail
+        or "server closed the connection" in detail
+        or "terminating connection" in detail
+    )
+    if lost:
+        return (
+            f"the replication connection to source {source} was lost (the Postgres server restarted or shut down, "
+            f"or the connection was cut; libpq: {detail}); the service reconnects and resumes after the last "
+            f"durable position {int_to_lsn(position)}: nothing is lost"
+        )
+    return f"the replication stream of source {source} failed: {detail}"
+
+
 class PostgresSource(ChangeSource):
     def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
         # pgoutput delivers values in Postgres' text format.
-        return decode_text_column(pa.array(values, pa.string()), type)
+        if not isinstance(values, pa.Array):
+            values = pa.array(values, pa.string())
+        return decode_text_column(values, type)
+
+    def override_allowed(self, column: Column) -> bool:
+        # Every path carries (or can carry) the value's text: string keeps it exactly, double and
+        # decimal(p,s) parse it (a value that does not fit fails the table, naming it).
+        return True
 
     def __init__(self, config: SourceConfig):
         self.config = config
@@ -342,13 +380,88 @@ class PostgresSource(ChangeSource):
 
         def typed() -> Iterator[pa.Table]:
             for chunk in chunks:
-                arrays = [decode_text_column(col.combine_chunks(), f.type) for col, f in zip(chunk.columns, schema)]
+                arrays = [decode_checked(decode_text_column, col.combine_chunks(), f.type, f.name)
+                          for col, f in zip(chunk.columns, schema)]
                 yield pa.Table.from_arrays(arrays, schema=schema)
 
         return copy_seq, typed()
 
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return PostgresStream(self.config, from_seq)
+
+    # --- operations -----------------------------------------------------------------------------
+
+    def retention(self, position: int | None = None) -> Retention:
+        slot = self.config.slot
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT active, active_pid, wal_status, confirmed_flush_lsn::text,"
+                    " pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint"
+                    " FROM pg_replication_slots WHERE slot_name = %s",
+                    (slot,),
+                )
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            return Retention(f"slot {slot}", note="no slot yet (`htap serve` creates it)")
+        active, pid, wal_status, confirmed, retained = row
+        note = None
+        if wal_status == "lost":
+            note = "the server removed WAL the slot still needed: drop the source and add its tables again"
+        elif not active:
+            note = "no replica is connected: the slot keeps WAL until `htap serve` runs again or `htap sources drop`"
+        return Retention(f"slot {slot}", int(retained) if retained is not None else None, bool(active), wal_status,
+                         confirmed, note if note else (f"streaming to pid {pid}" if pid else None))
+
+    def unpublish(self, schema: str, table: str) -> str:
+        publication = self.config.publication
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+                    (publication, schema, table),
+                )
+                if cur.fetchone() is None:
+                    return f"{schema}.{table} is not in publication {publication}: nothing to change in the source"
+                cur.execute(sql.SQL("ALTER PUBLICATION {} DROP TABLE {}").format(
+                    sql.Identifier(publication), sql.Identifier(schema, table)))
+                return f"dropped {schema}.{table} from publication {publication}"
+        finally:
+            conn.close()
+
+    def drop(self) -> list[str]:
+        slot, publication = self.config.slot, self.config.publication
+        done = []
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+                row = cur.fetchone()
+                if row is not None and row[0]:
+                    raise SourceError(
+                        f"replication slot {slot} of source {self.config.name} is in use by process {row[1]}: stop "
+                        f"`htap serve` first, then drop the source"
+                    )
+                if row is not None:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    done.append(f"dropped replication slot {slot}")
+                else:
+                    done.append(f"no replication slot {slot} to drop")
+                cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
+                if cur.fetchone() is not None:
+                    cur.execute(sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(publication)))
+                    done.append(f"dropped publication {publication}")
+                else:
+                    done.append(f"no publication {publication} to drop")
+        except psycopg2.Error as e:
+            raise SourceError(f"cannot drop the slot and publication of source {self.config.name}: {_first_line(e)}") from e
+        finally:
+            conn.close()
+        return done
 
     def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:
         # A default (stored as the column's "missing value", or a volatile one filled in by a
