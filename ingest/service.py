@@ -317,7 +317,8 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
             try:
                 SourceIngest(cfg, source, stop).run()
             except HtapError as e:
-                log.error("source %s: %s (retrying in %.0f s)", source.name, e, retry_s)
+                text = str(e) if f"source {source.name}" in str(e) else f"source {source.name}: {e}"
+                log.error("%s (retrying in %.0f s)", text, retry_s)
                 stop.wait(retry_s)
             except Exception:  # a bug, not bad input: say so loudly, keep the other sources running
                 log.exception("source %s: unexpected failure (retrying in %.0f s)", source.name, retry_s)
