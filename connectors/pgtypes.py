@@ -281,7 +281,8 @@ def replica_value_sql(column: str, source_type: str, target: pa.DataType, overri
     c = '"' + column.replace('"', '""') + '"'
     t = source_type.strip().lower()
     if override and pa.types.is_string(target):
-        return f"{c}::text"
+        # The type's output function, as the copy and the stream deliver it (inet::text differs).
+        return f"CASE WHEN {c} IS NOT NULL THEN concat({c}) END"
     if override and pa.types.is_floating(target):
         return f"{c}::float8"
     if pa.types.is_decimal(target) and t.startswith("numeric"):
