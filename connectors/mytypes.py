@@ -268,6 +268,9 @@ def stream_converter(column_type: str, binlog_code: int):
     if b == "binary":
         length = t.args[0] if t.args else 1
         return lambda v: v.ljust(length, b"\0")
+    if b == "year":
+        # YEAR is 1901..2155 or 0000, stored as the offset from 1900: the driver turns 0000 into 1900.
+        return lambda v: 0 if v == 1900 else v
     if b == "timestamp":
         # The zero timestamp is stored as 0 seconds, which the driver turns into the epoch.
         return lambda v: None if v == _EPOCH else v

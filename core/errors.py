@@ -52,7 +52,15 @@ class PoisonError(TableError):
 
     @property
     def value_text(self) -> str:
-        text = repr(self.value)
+        import decimal
+
+        v = self.value
+        if isinstance(v, decimal.Decimal):
+            text = format(v, "f")
+        elif hasattr(v, "isoformat"):
+            text = v.isoformat()
+        else:
+            text = repr(v)
         if len(text) > self.MAX_VALUE_CHARS:
             text = text[: self.MAX_VALUE_CHARS] + f"... ({len(text)} characters)"
         return text
