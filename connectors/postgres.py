@@ -10,6 +10,7 @@ duplicate (the stream skips a table's changes at or below its copy seq).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import select
 import time
@@ -19,11 +20,10 @@ from typing import Iterator
 import psycopg2
 import psycopg2.extras
 import pyarrow as pa
-import pyarrow.csv as pacsv
 from psycopg2 import sql
 
 from htap.conf import SourceConfig
-from htap.connectors import pgoutput
+from htap.connectors import pgcopy, pgoutput
 from htap.connectors.changes import (
     Begin,
     ChangeSource,
@@ -35,7 +35,6 @@ from htap.connectors.changes import (
     Retention,
     RowChange,
     Truncate,
-    decode_checked,
 )
 from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column
 from htap.connectors.tables import Column, SourceTable
@@ -43,8 +42,6 @@ from htap.errors import NoSuchTableError, SourceError, TableError
 from htap.seq import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
-
-COPY_BATCH_BYTES = 16 << 20
 
 
 def redact(dsn: str) -> str:
@@ -158,10 +155,9 @@ def ensure_slot(dsn: str, slot: str) -> None:
         conn.close()
 
 
-def copy_table(
-    dsn: str, schema: str, table: str, columns: list[str], work_dir: Path, slot_name: str
-) -> tuple[int, Iterator[pa.Table]]:
-    """Start a consistent copy: returns the copy seq and an iterator of text-typed Arrow chunks.
+def copy_table(dsn: str, table: SourceTable, slot_name: str) -> tuple[int, Iterator[pa.Table]]:
+    """Start a consistent copy: returns the copy seq and an iterator of chunks typed as the
+    replica's Arrow schema (see `htap.connectors.pgcopy`).
 
     The iterator holds the exporting replication connection open until it is exhausted (the
     exported snapshot lives only as long as that connection).
@@ -173,48 +169,19 @@ def copy_table(
         _slot, consistent_point, snapshot, _plugin = cur.fetchone()
     except psycopg2.Error as e:
         repl.close()
-        raise SourceError(f"cannot create a snapshot slot for the initial copy of {schema}.{table}: {e}") from e
+        raise SourceError(f"cannot create a snapshot slot for the initial copy of {table.qualified_name}: {e}") from e
     # Commits at or after the consistent point reach us through the stream; the copy holds the rest.
     copy_seq = lsn_to_int(consistent_point) - 1
-    return copy_seq, _copy_chunks(repl, dsn, snapshot, schema, table, columns, work_dir)
+    return copy_seq, _copy_chunks(repl, dsn, snapshot, table)
 
 
-def _copy_chunks(repl, dsn, snapshot, schema, table, columns, work_dir: Path) -> Iterator[pa.Table]:
-    conn = connect(dsn)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    spool = work_dir / f"copy-{schema}.{table}.csv"
+def _copy_chunks(repl, dsn: str, snapshot: str, table: SourceTable) -> Iterator[pa.Table]:
+    query = pgcopy.table_query(table.schema, table.name, [c.name for c in table.columns])
     try:
-        conn.autocommit = False
-        with conn.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
-            query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT WITH (FORMAT csv, NULL '\\N')").format(
-                sql.SQL(", ").join(sql.Identifier(c) for c in columns), sql.Identifier(schema, table)
-            )
-            with open(spool, "wb") as f:
-                cur.copy_expert(query.as_string(conn), f, size=1 << 20)
-        conn.rollback()
-        # The snapshot is no longer needed: release the temporary slot now.
-        repl.close()
-        if spool.stat().st_size == 0:
-            return  # an empty table
-        reader = pacsv.open_csv(
-            spool,
-            read_options=pacsv.ReadOptions(column_names=columns, block_size=COPY_BATCH_BYTES),
-            convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in columns},
-                null_values=["\\N"],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-        for batch in reader:
+        for batch in pgcopy.read_arrow(dsn, query, table.arrow_schema, snapshot, what=f"initial copy of {table.qualified_name}"):
             yield pa.Table.from_batches([batch])
     finally:
-        spool.unlink(missing_ok=True)
-        conn.close()
-        if not repl.closed:
-            repl.close()
+        repl.close()  # releases the temporary slot
 
 
 class PostgresStream(ChangeStream):
@@ -370,21 +337,7 @@ class PostgresSource(ChangeSource):
             publish_table(conn, self.config.publication, table.schema, table.name)
         finally:
             conn.close()
-        import os
-
-        names = [c.name for c in table.columns]
-        copy_seq, chunks = copy_table(
-            self.config.dsn, table.schema, table.name, names, work_dir, slot_name=f"htap_copy_{table.id}_{os.getpid()}"
-        )
-        schema = table.arrow_schema
-
-        def typed() -> Iterator[pa.Table]:
-            for chunk in chunks:
-                arrays = [decode_checked(decode_text_column, col.combine_chunks(), f.type, f.name)
-                          for col, f in zip(chunk.columns, schema)]
-                yield pa.Table.from_arrays(arrays, schema=schema)
-
-        return copy_seq, typed()
+        return copy_table(self.config.dsn, table, slot_name=f"htap_copy_{table.id}_{os.getpid()}")
 
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return PostgresStream(self.config, from_seq)
@@ -509,35 +462,5 @@ def check_select(dsn: str, user: str, schema: str, table: str, columns: list[str
 
 def read_query(dsn: str, query: str, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
     """Run a query on the source (at an exported snapshot if given) and stream it as Arrow
-    batches of `output`'s types, through COPY in text form and vectorized decoding."""
-    conn = connect(dsn)
-    try:
-        conn.autocommit = False
-        with conn.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            if snapshot:
-                cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
-            import io
-
-            buf = io.BytesIO()
-            cur.copy_expert(f"COPY ({query}) TO STDOUT WITH (FORMAT csv, NULL '\\N')", buf)
-        conn.rollback()
-    except psycopg2.Error as e:
-        raise SourceError(f"query on the source failed: {str(e).strip().splitlines()[0]}") from e
-    finally:
-        conn.close()
-    buf.seek(0)
-    if not buf.getbuffer().nbytes:
-        return
-    names = [f"c{i}" for i in range(len(output))]
-    reader = pacsv.open_csv(
-        buf,
-        read_options=pacsv.ReadOptions(column_names=names, block_size=COPY_BATCH_BYTES),
-        convert_options=pacsv.ConvertOptions(
-            column_types={n: pa.string() for n in names}, null_values=["\\N"], strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
-        ),
-    )
-    for batch in reader:
-        arrays = [decode_text_column(col, f.type) for col, f in zip(batch.columns, output)]
-        yield pa.RecordBatch.from_arrays(arrays, schema=output)
+    batches of `output`'s types (binary COPY through ADBC; see `htap.connectors.pgcopy`)."""
+    return pgcopy.read_arrow(dsn, query, output, snapshot)
