@@ -170,6 +170,10 @@ class SourceIngest:
             reason = "the source schema changed again since this change"
         elif kept != [c for c in old if c in columns] or tuple(key) != table.key or set(dropped) & set(table.key):
             reason = "columns were renamed, reordered or the key changed"
+        elif kept + added != list(columns) or (added and dropped):
+            # Added columns come last; one change that adds and drops columns may be a rename
+            # (whose old rows do have values): only a copy is safe.
+            reason = "columns were renamed or reordered"
         elif any(by_name[c.name].source_type != c.source_type for c in table.columns if c.name in by_name):
             reason = "a column's type changed"
         elif any(self.source.existing_rows_have_value(table.schema, table.name, c) for c in added):
@@ -211,7 +215,7 @@ class SourceIngest:
             now = {c.name: c.source_type for c in described}
             before = {c.name: c.source_type for c in table.columns}
             if table.state == STATE_FAILED:
-                if now != before:
+                if list(now.items()) != list(before.items()):
                     log.warning("%s (failed): its columns changed in the source: copying the table again", table.qualified_name)
                     self.store.resync(table.id, "re-copying a failed table after its columns changed in the source")
                     changed.append(table.id)
