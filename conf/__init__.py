@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,13 +53,15 @@ SOURCE_KEYS: dict[str, tuple[object, str]] = {
     "topics": ([], "debezium: data topics to read instead of <prefix>.<schema>.<table>"),
     "group_id": ("", "debezium: Kafka consumer group; default htap_<source>"),
     "unavailable_value_placeholder": ("__debezium_unavailable_value", "debezium: the connector's unavailable.value.placeholder"),
+    "session_timeout_ms": (10_000, "debezium: Kafka consumer-group session timeout; joining the group takes about half of it"),
 }
 SOURCE_KINDS = ("postgres", "mysql", "debezium")
 # Which keys apply to which kind (a key of another kind is an error naming it).
 KIND_KEYS: dict[str, tuple[str, ...]] = {
     "postgres": ("kind", "dsn", "slot", "publication"),
     "mysql": ("kind", "dsn", "host", "port", "user", "password", "database", "server_id"),
-    "debezium": ("kind", "path", "bootstrap_servers", "topic_prefix", "topics", "group_id", "unavailable_value_placeholder"),
+    "debezium": ("kind", "path", "bootstrap_servers", "topic_prefix", "topics", "group_id", "unavailable_value_placeholder",
+                 "session_timeout_ms"),
 }
 
 
@@ -88,6 +91,7 @@ class SourceConfig:
     topics: tuple[str, ...] = ()
     group_id: str = ""
     unavailable_value_placeholder: str = "__debezium_unavailable_value"
+    session_timeout_ms: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,9 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 
 def parse_config(raw: dict, path: Path) -> HtapConfig:
     _check_keys(raw, {"replica", "sources"}, path, "")
+    for section in ("replica", "sources"):
+        if not isinstance(raw.get(section, {}), dict):
+            raise ConfigError(f"{path}: [{section}] must be a table")
     replica = raw.get("replica", {})
     _check_keys(replica, set(REPLICA_KEYS), path, "replica.")
     values = {k: replica.get(k, default) for k, (default, _) in REPLICA_KEYS.items()}
@@ -158,10 +165,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     numbers = {}
     for key, (default, _) in REPLICA_KEYS.items():
         if isinstance(default, (int, float)):
-            try:
-                numbers[key] = type(default)(values[key])
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"{path}: replica.{key} must be a number, got {values[key]!r}") from e
+            numbers[key] = _replica_number(key, values[key], type(default), path)
     sources = {}
     for name, sraw in raw.get("sources", {}).items():
         if not isinstance(sraw, dict):
@@ -197,6 +201,34 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         sources=sources,
         **numbers,
     )
+
+
+# Lowest value of each replica number the service can run with.
+REPLICA_MINIMUM: dict[str, float] = {
+    "flush_interval_s": 0, "flush_max_changes": 1, "partition_rows": 1, "window_s": 0, "pin_ttl_s": 0,
+    "compaction_interval_s": 0, "compaction_min_bytes": 1, "max_deltas": 1,
+}
+
+
+def _replica_number(key: str, value: object, kind: type, path: Path) -> int | float:
+    """A replica setting as `kind` (int or float), inside the range the service can run with."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{path}: replica.{key} must be a number, got {value!r}")
+    try:
+        number = kind(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: replica.{key} must be a number, got {value!r}") from e
+    if kind is int and isinstance(value, float) and value != number:
+        raise ConfigError(f"{path}: replica.{key} must be a whole number, got {value!r}")
+    if key == "compaction_ratio" and not number > 1:
+        # pick() grows the size limit by this factor until two deltas fit: at 1 or less it never does.
+        raise ConfigError(
+            f"{path}: replica.compaction_ratio must be greater than 1 (the growth of the compaction size tiers), got {number!r}"
+        )
+    low = REPLICA_MINIMUM.get(key)
+    if low is not None and not number >= low:
+        raise ConfigError(f"{path}: replica.{key} must be at least {low}, got {number!r}")
+    return number
 
 
 def _mysql_source(name: str, sraw: dict, path: Path) -> SourceConfig:
@@ -269,7 +301,15 @@ def _debezium_source(name: str, sraw: dict, path: Path) -> SourceConfig:
         topics=tuple(topics),
         group_id=sraw.get("group_id") or f"htap_{name}",
         unavailable_value_placeholder=sraw.get("unavailable_value_placeholder", SOURCE_KEYS["unavailable_value_placeholder"][0]),
+        session_timeout_ms=_positive_int(sraw, "session_timeout_ms", name, path),
     )
+
+
+def _positive_int(sraw: dict, key: str, name: str, path: Path) -> int:
+    value = sraw.get(key, SOURCE_KEYS[key][0])
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{path}: sources.{name}.{key} must be a positive integer, got {value!r}")
+    return value
 
 
 def _check_keys(section: dict, known: set[str], path: Path, prefix: str) -> None:
@@ -289,7 +329,7 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             lines.append(f"# metadata = \"\"  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
-    lines += ["", f"[sources.{source_name}]", f"kind = {_toml_value(kind)}"]
+    lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind == "debezium":
         # dsn: kafka://host:port[,host:port]/<topic prefix>, or a file or folder of events.
         if dsn.startswith("kafka://"):
@@ -304,8 +344,6 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
 
 def remove_source(text: str, name: str, path: Path) -> str:
     """The config text without the `[sources.<name>]` section (comments elsewhere kept)."""
-    import re
-
     header = re.compile(r'^\s*\[\s*sources\s*\.\s*(?:"([^"]*)"|\'([^\']*)\'|([A-Za-z0-9_-]+))\s*\]\s*(#.*)?$')
     out, skipping, found = [], False, False
     for line in text.splitlines(keepends=True):
@@ -323,7 +361,25 @@ def remove_source(text: str, name: str, path: Path) -> str:
     return result
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_key(k: str) -> str:
+    """A TOML key: bare when it can be, else quoted (so `my shop` or `a.b` stay one key)."""
+    return k if _BARE_KEY.fullmatch(k) else _toml_value(k)
+
+
 def _toml_value(v: object) -> str:
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_toml_char(c) for c in v) + '"'
     return repr(v)
+
+
+def _toml_char(c: str) -> str:
+    """One character inside a TOML basic string (control characters must be escaped)."""
+    if c in _TOML_ESCAPES:
+        return _TOML_ESCAPES[c]
+    if ord(c) < 0x20 or ord(c) == 0x7F:
+        return f"\\u{ord(c):04X}"
+    return c

@@ -393,6 +393,7 @@ class Assembler:
         self.group_seq = -1
         self.group_time = 0.0
         self.snapshot_open = False  # a snapshot run already streamed its Begin
+        self.snapshot_seq: int | None = None  # position of the last snapshot run emitted
         self.snapshot_initial = False  # ... and is Debezium's initial snapshot, complete at its `last` record
         self.loose_refs: list = []
         self.last_input = time.monotonic()
@@ -529,7 +530,10 @@ class Assembler:
             if group_key[0] == "snapshot":
                 # A snapshot run has one position: stream it through instead of holding it.
                 self.snapshot_open = position > self.from_seq
-                if self.snapshot_open:
+                # Snapshot records of one position may arrive after its `last` record when the
+                # topics have several partitions (Kafka orders records per partition only): they
+                # belong to the same snapshot and are applied at its seq.
+                if self.snapshot_open and position != self.snapshot_seq:
                     self._check_order(position)
                     self.out.append(Begin(position, _commit_time(payload)))
         self.group_seq = max(self.group_seq, position)
@@ -563,7 +567,8 @@ class Assembler:
         if self.group_key[0] == "snapshot":
             if self.snapshot_open:
                 self.out.append(Commit(seq, self.group_time))
-                self.last_seq = seq
+                self.last_seq = max(self.last_seq, seq)
+                self.snapshot_seq = seq
             self.snapshot_open = False
             self.on_emit(max(seq, self.last_seq), group.refs)
             return
@@ -727,10 +732,14 @@ def _kafka_consumer(cfg: SourceConfig, topics: list[str], group: bool):
             bootstrap_servers=cfg.bootstrap_servers.split(","),
             group_id=cfg.group_id if group else None,
             enable_auto_commit=False,
+            # Joining a group takes about half the session timeout (the coordinator waits for
+            # members); Kafka clients default to 45 s, which would delay every start.
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=max(100, cfg.session_timeout_ms // 3),
             auto_offset_reset="earliest",
             key_deserializer=lambda b: _maybe_json(b) if b is not None else None,
             value_deserializer=lambda b: json.loads(b) if b is not None else None,
-            request_timeout_ms=30_000,
+            request_timeout_ms=max(30_000, cfg.session_timeout_ms + 5_000),
         )
     except KafkaError as e:
         raise SourceError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {e}; check bootstrap_servers and that the brokers are up") from e

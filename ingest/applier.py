@@ -94,7 +94,7 @@ class TransactionApplier:
             self.in_txn, self.txn_seq = True, event.seq
             self.skip_txn = self.txn_seq <= self.position
         elif isinstance(event, Commit):
-            self.in_txn = False
+            self.in_txn = self.skip_txn = False  # a re-send ends with its transaction
             self.last_commit = max(self.last_commit, event.seq)
         elif isinstance(event, Progress):
             if not self.in_txn:

@@ -47,7 +47,7 @@ from htap.replica.models import (
     TableInfo,
     encode_schema,
 )
-from htap.replica.partitions import choose_splits, encode_bounds, partition_count
+from htap.replica.partitions import choose_splits, encode_bounds, partition_count, partition_filter
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class SourceIngest:
             table = dataclasses.replace(table, partition_bounds_b64=bounds)
             deltas = []
             for part in range(partition_count(splits)):
-                data = staged.to_table(filter=_partition_filter(table.key[0], splits, part))
+                data = staged.to_table(filter=partition_filter(table.key[0], splits, part))
                 if not data.num_rows:
                     continue
                 data = data.sort_by([(k, "ascending") for k in table.key])
@@ -298,19 +298,6 @@ class SourceIngest:
             applier.drop(table.id)
         elif isinstance(action, Failed):
             applier.fail(table.id, action.error, action.seq)  # recorded with the next checkpoint
-
-
-def _partition_filter(key0: str, splits: pa.Array | None, part: int):
-    """A pyarrow.dataset filter selecting partition `part`'s key range."""
-    field = ds.field(key0)
-    conditions = []
-    if splits is not None and part > 0:
-        conditions.append(field >= splits[part - 1].as_py())
-    if splits is not None and part < len(splits):
-        conditions.append(field < splits[part].as_py())
-    if not conditions:
-        return None
-    return conditions[0] if len(conditions) == 1 else conditions[0] & conditions[1]
 
 
 def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:

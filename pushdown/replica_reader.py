@@ -18,12 +18,11 @@ from typing import Iterator
 import duckdb
 import pyarrow as pa
 import sqlglot
-from sqlglot import exp
 
 from htap import engine
 from htap.errors import ReplicaError
-from htap.replica.merge import evolved, ident, latest_versions_sql, parquet_source, versioned_source
-from htap.replica.models import OP, OP_UPSERT, SEQ, delta_schema
+from htap.replica.merge import current_rows_sql, evolved, versioned_source
+from htap.replica.models import delta_schema
 from htap.replica.snapshot import ReadPlan
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
@@ -51,32 +50,18 @@ def replica_sql(
     if os.environ.get(BREAK_PUSHDOWN_ENV) == "1":
         broken = tuple(dataclasses.replace(f, op="le") if f.op == "lt" else f for f in subplan.filters)
         subplan = dataclasses.replace(subplan, filters=broken)
+    if not subplan.aggregating and subplan.columns == ():
+        # Spark wants only the rows (`SELECT 1 FROM t`), but DuckDB cannot SELECT no column:
+        # select the first key column, which read_replica drops again (_conform).
+        subplan = dataclasses.replace(subplan, columns=(key[0],))
     wanted = subplan.referenced_columns()
     needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
     row_filters = [f for f in subplan.filters if f not in key_filters]
     conditions = [render.predicate(f).sql("duckdb") for f in key_filters]
-    source = files if isinstance(files, str) else parquet_source(files)
-    visible = [f"{ident(SEQ)} <= {int(seq)}", *([f"{ident(SEQ)} >= {int(floor)}"] if floor is not None else []), *conditions]
-    cols = ", ".join(ident(c) for c in [*needed, SEQ, OP])
-    if strategy == "direct":  # one version per key: nothing to merge
-        latest = f"SELECT {cols} FROM {source} WHERE {' AND '.join(visible)}"
-    elif strategy == "base":  # the base's version unless a newer delta has one
-        newer = latest_versions_sql(parquet_source(files[1:]), key, all_columns, needed, seq, floor=floor, key_filters=conditions)
-        match = " AND ".join(f"n.{ident(k)} = b.{ident(k)}" for k in key)
-        latest = (
-            f"WITH newer AS ({newer}) "
-            f"SELECT {cols} FROM {parquet_source(files[:1])} AS b WHERE {' AND '.join(visible)}"
-            f" AND NOT EXISTS (SELECT 1 FROM newer AS n WHERE {match}) "
-            f"UNION ALL SELECT {cols} FROM newer"
-        )
-    else:
-        latest = latest_versions_sql(source, key, all_columns, needed, seq, floor=floor, partial=partial, key_filters=conditions)
-    current = (
-        exp.select(*(exp.column(c, quoted=True) for c in needed))
-        .from_(sqlglot.parse_one(latest, read="duckdb").subquery("latest"))
-        .where(exp.column(OP, quoted=True).eq(OP_UPSERT))
-    )
+    latest = current_rows_sql(files, key, all_columns, needed, seq, floor=floor, partial=partial, strategy=strategy,
+                              key_conditions=conditions)
+    current = sqlglot.parse_one(latest, read="duckdb")
     rest = PushedSubplan(
         columns=subplan.columns, filters=tuple(row_filters), group_by=subplan.group_by, aggregates=subplan.aggregates
     )
@@ -129,6 +114,8 @@ def read_replica(
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """Rename to the output names and cast to the exact types Spark expects."""
+    if len(schema) == 0:
+        return batch.select([])  # the rows, without columns (see replica_sql)
     if batch.num_columns != len(schema):
         raise ReplicaError(f"replica query returned {batch.num_columns} columns, Spark expects {len(schema)}")
     arrays = [col.cast(field.type) if col.type != field.type else col for col, field in zip(batch.columns, schema)]

@@ -25,7 +25,7 @@ import duckdb
 
 from htap import engine
 from htap.conf import HtapConfig
-from htap.errors import HtapError, ReplicaError
+from htap.errors import ConfigError, HtapError, ReplicaError
 from htap.replica.deltas import write_delta
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
@@ -41,6 +41,15 @@ class Policy:
     min_bytes: int = 4 << 20
     ratio: float = 4.0
     max_deltas: int = 12
+
+    def __post_init__(self) -> None:
+        # With a ratio of 1 or less, or a zero start, pick() would never reach a limit that two
+        # deltas fit under; with max_deltas 0 it would rewrite a partition's only delta every pass.
+        if not (self.ratio > 1 and self.min_bytes >= 1 and self.max_deltas >= 1):
+            raise ConfigError(
+                f"compaction policy {self} cannot work: it needs compaction_ratio > 1, "
+                f"compaction_min_bytes >= 1 and max_deltas >= 1"
+            )
 
     @classmethod
     def from_config(cls, cfg: HtapConfig) -> "Policy":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from htap.replica.models import OP, SEQ, UNSET_MASK
+from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK
 
 
 def ident(name: str) -> str:
@@ -80,3 +80,45 @@ def versioned_source(files: list[str], versions: list[int], added: dict[str, int
 
 def parquet_source(files: list[str]) -> str:
     return "read_parquet([" + ", ".join(exp.Literal.string(f).sql("duckdb") for f in files) + "])"
+
+
+def current_rows_sql(
+    files: list[str] | str,
+    key: list[str],
+    all_columns: list[str],
+    columns: list[str],
+    seq: int,
+    *,
+    floor: int | None = None,
+    partial: bool = False,
+    strategy: str = "merge",
+    key_conditions: list[str] = (),
+) -> str:
+    """The rows of one partition at `seq` — `columns` of every live row, one per key — as a
+    DuckDB SELECT over the delta `files` (or a registered relation's name).
+
+    This is the relation every read builds on (pushed filters, aggregates and whole pushed
+    queries run over it). `strategy` (htap.replica.snapshot.ReadPlan) avoids the general
+    per-key merge when the deltas' shape allows it; `key_conditions` are SQL predicates on key
+    columns only, applied to every version before the collapse (all versions of a key share them).
+    """
+    source = files if isinstance(files, str) else parquet_source(files)
+    visible = [f"{ident(SEQ)} <= {int(seq)}", *([f"{ident(SEQ)} >= {int(floor)}"] if floor is not None else []),
+               *key_conditions]
+    cols = ", ".join(ident(c) for c in [*columns, SEQ, OP])
+    if strategy == "direct":  # one version per key: nothing to merge
+        latest = f"SELECT {cols} FROM {source} WHERE {' AND '.join(visible)}"
+    elif strategy == "base":  # the base's version unless a newer delta has one
+        newer = latest_versions_sql(parquet_source(files[1:]), key, all_columns, columns, seq, floor=floor,
+                                    key_filters=key_conditions)
+        match = " AND ".join(f"n.{ident(k)} = b.{ident(k)}" for k in key)
+        latest = (
+            f"WITH newer AS ({newer}) "
+            f"SELECT {cols} FROM {parquet_source(files[:1])} AS b WHERE {' AND '.join(visible)}"
+            f" AND NOT EXISTS (SELECT 1 FROM newer AS n WHERE {match}) "
+            f"UNION ALL SELECT {cols} FROM newer"
+        )
+    else:
+        latest = latest_versions_sql(source, key, all_columns, columns, seq, floor=floor, partial=partial,
+                                     key_filters=key_conditions)
+    return f"SELECT {', '.join(ident(c) for c in columns)} FROM ({latest}) AS latest WHERE {ident(OP)} = {OP_UPSERT}"

@@ -3,7 +3,8 @@
 Split points are chosen from the initial copy (equal-count quantiles, so partitions start out
 the same size) and stored as an Arrow array: partition i holds keys in [split[i-1], split[i]).
 Every version of a key lives in one partition, so partitions are read, merged and compacted
-independently — and Spark reads them in parallel.
+independently — and Spark reads them in parallel. Keys compare as Postgres, DuckDB and Spark
+order them: a double NaN is above every number (Arrow's comparisons would put it nowhere).
 """
 
 from __future__ import annotations
@@ -57,14 +58,44 @@ def split_by_partition(data: pa.Table, key0: str, splits: pa.Array | None) -> li
     for part in range(len(splits) + 1):
         mask = None
         if part > 0:
-            mask = pc.greater_equal(keys, splits[part - 1])
+            mask = _at_or_above(keys, splits[part - 1])
         if part < len(splits):
-            below = pc.less(keys, splits[part])
+            below = pc.invert(_at_or_above(keys, splits[part]))
             mask = below if mask is None else pc.and_(mask, below)
         rows = data.filter(mask)
         if rows.num_rows:
             out.append((part, rows))
     return out
+
+
+def partition_filter(key0: str, splits: pa.Array | None, part: int):
+    """A pyarrow.dataset filter selecting the rows of partition `part` (exactly those that
+    split_by_partition puts there), or None when there is only one partition."""
+    import pyarrow.dataset as ds
+
+    if splits is None:
+        return None
+    key = ds.field(key0)
+    floating = pa.types.is_floating(splits.type)
+
+    def at_or_above(split: pa.Scalar):
+        above = key >= split.as_py()
+        return (above | pc.is_nan(key)) if floating else above
+
+    conditions = []
+    if part > 0:
+        conditions.append(at_or_above(splits[part - 1]))
+    if part < len(splits):
+        conditions.append(~at_or_above(splits[part]))
+    return conditions[0] if len(conditions) == 1 else conditions[0] & conditions[1]
+
+
+def _at_or_above(keys, split: pa.Scalar):
+    """keys >= split, with NaN above every number (and equal to itself)."""
+    above = pc.greater_equal(keys, split)
+    if pa.types.is_floating(keys.type):
+        above = pc.or_(above, pc.is_nan(keys))
+    return above
 
 
 def matching_partitions(splits: pa.Array | None, key0: str, filters) -> list[int]:
@@ -104,4 +135,6 @@ def _partition_of(splits: pa.Array, literal) -> int | None:
         scalar = pa.scalar(value).cast(splits.type)  # safe cast: refuses lossy conversions
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError):
         return None
+    if pa.types.is_floating(splits.type) and math.isnan(scalar.as_py()):
+        return len(splits)  # NaN is above every split point (a NaN split point included)
     return int(pc.sum(pc.less_equal(splits, scalar)).as_py() or 0)

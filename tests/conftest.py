@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
+import sys
 import time
 
 import psycopg2
 import pytest
-from workspace import DEADLINE_S, HTAP, Workspace, current_lsn, wait_until  # noqa: F401  (shared with tests)
 
 from htap.catalog.shim import spark_session
 
 from services import SERVICES, pg_dsn
+from workspace import DEADLINE_S, HTAP, Workspace, current_lsn, wait_until  # noqa: F401  (shared with tests)
 
 pytest_plugins = ["mysql_support"]
 
@@ -44,11 +46,39 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(_FIXTURE_MARKERS[fixture])
 
 
+# The unit tier (tests/unit) needs no service. Every process start is recorded (PEP 578 audit
+# events), and a run of only unit tests fails at its end if it started a server, a JVM or Spark.
+_SPAWNED: list[str] = []
+_SERVICE_PROGRAMS = re.compile(r"(?:^|[/\s'\"(])(postgres|pg_ctl|initdb|mariadbd|mysqld|mariadb-install-db|java|javac|spark-submit)(?:['\"\s,)]|$)")
+_SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn"})
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event in _SPAWN_EVENTS:
+        _SPAWNED.append(repr(args))
+
+
+sys.addaudithook(_audit)
+
+
+def _check_unit_tier_started_nothing() -> None:
+    started = [name for name, server in (("postgres", SERVICES._pg), ("mariadb", SERVICES._my)) if server is not None]
+    spawned = sorted({m.group(1) for p in _SPAWNED for m in _SERVICE_PROGRAMS.finditer(p)})
+    pyspark = sys.modules.get("pyspark")
+    spark = pyspark is not None and pyspark.SparkContext._active_spark_context is not None
+    assert not (started or spawned or spark), f"the unit tier must start no service: servers {started}, programs {spawned}, Spark {spark}"
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _private_servers():
+def _private_servers(request):
     """Stop the servers this process started (they start on first use) when the run ends."""
     yield SERVICES
-    SERVICES.stop()
+    try:
+        items = request.session.items
+        if items and all(item.get_closest_marker("unit") for item in items):
+            _check_unit_tier_started_nothing()
+    finally:
+        SERVICES.stop()
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ tables live in), its own `htap.toml` (kind mysql, a server id of its own) and wa
 from __future__ import annotations
 
 import pytest
-from workspace import MyWorkspace
 
 from htap.connectors.mysql import master_position
 from htap.seq import binlog_seq
 
 from services import SERVICES
+from workspace import MyWorkspace
 
 
 def my_server():

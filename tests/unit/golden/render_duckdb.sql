@@ -1,0 +1,54 @@
+-- every column
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders"
+
+-- projection
+SELECT "n", "s" FROM "public"."orders"
+
+-- comparisons
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE ((("id" = 1 AND "n" > -2) AND "n" >= 0) AND "id" < 9223372036854775807) AND "id" <= 10
+
+-- null-safe equality
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE "n" IS NOT DISTINCT FROM NULL
+
+-- null literal compares to unknown
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE "n" = NULL
+
+-- in with null
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE "n" IN (1, NULL, 3)
+
+-- is null and is not null
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE "s" IS NULL AND NOT "d" IS NULL
+
+-- starts_with escapes % and _
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE "s" LIKE '50\%\_off%' ESCAPE '\'
+
+-- ends_with escapes backslash
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE "s" LIKE '%C:\\dir\\' ESCAPE '\'
+
+-- contains escapes quote
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE "s" LIKE '%it''s%' ESCAPE '\'
+
+-- doubles
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE (((("d" = CAST('nan' AS DOUBLE) AND "d" < CAST('-inf' AS DOUBLE)) AND "d" <= CAST('inf' AS DOUBLE)) AND "d" > CAST(0.1 AS DOUBLE)) AND "d" >= CAST(-0.0 AS DOUBLE)) AND "d" = CAST(1e-300 AS DOUBLE)
+
+-- timestamp, timestamp_ntz, date
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE ((("ts" >= CAST('2023-11-14 22:13:20.123456+00:00' AS TIMESTAMPTZ) AND "ts" < CAST('1969-12-31 23:59:59.999999+00:00' AS TIMESTAMPTZ)) AND "tsn" = CAST('2024-02-29 23:59:59.999999' AS TIMESTAMP)) AND "tsn" = CAST('2024-01-01 00:00' AS TIMESTAMP)) AND "day" = CAST('1969-12-31' AS DATE)
+
+-- decimal and boolean
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE ("dec" = -0.01 AND "dec" > 12345678901234567890.123456789) AND "b" = FALSE
+
+-- not, and, or nesting
+SELECT "id", "s", "d", "ts", "tsn", "day", "dec", "b", "n" FROM "public"."orders" WHERE NOT ((("n" = 1) AND (NOT ("b" IS NULL))) OR ("s" IN ('x', 'y')))
+
+-- quoted identifiers
+SELECT "we""ird", "select", "MixedCase" FROM "public"."orders" WHERE "we""ird" = 'v'
+
+-- aggregates with group by
+SELECT "b", "day", COUNT(*) AS "agg0", COUNT("s") AS "agg1", SUM("n") AS "agg2", MIN("ts") AS "agg3", MAX("d") AS "agg4" FROM "public"."orders" WHERE "n" > 0 GROUP BY "b", "day"
+
+-- aggregates without group by
+SELECT COUNT(*) AS "agg0", SUM("dec") AS "agg1" FROM "public"."orders"
+
+-- group by without aggregates
+SELECT "b" FROM "public"."orders" GROUP BY "b"
+
