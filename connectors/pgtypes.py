@@ -125,7 +125,10 @@ def decode_text_column(values: pa.Array, target: pa.DataType) -> pa.Array:
         return _decode_bytea(values)
     if pa.types.is_decimal(target):
         # NaN is the one numeric value a DECIMAL cannot hold: NULL (see the module docstring).
-        return pc.cast(pc.if_else(pc.equal(values, "NaN"), pa.scalar(None, pa.string()), values), target)
+        nan = pc.equal(values, "NaN")
+        if pc.any(nan).as_py():
+            values = pc.if_else(nan, pa.scalar(None, pa.string()), values)
+        return pc.cast(values, target)
     if pa.types.is_date32(target):
         try:
             return pc.cast(values, target)
