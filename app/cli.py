@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -20,9 +21,10 @@ import pyarrow as pa
 
 from htap.app.status import source_statuses, table_statuses
 from htap.catalog.properties import set_property
-from htap.conf import load_config, parse_config, render_config, resolve_config_path
+from htap.conf import load_config, parse_config, remove_source, render_config, resolve_config_path
 from htap.connectors.registry import open_source
-from htap.errors import ConfigError, HtapError
+from htap.connectors.tables import OVERRIDE_TYPES, apply_overrides, keep_overrides, parse_overrides
+from htap.errors import ConfigError, HtapError, SourceError, TableError
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import encode_schema
 
@@ -52,21 +54,87 @@ def cmd_init(args) -> int:
     return 0
 
 
+def _table_name(text: str) -> tuple[str, str]:
+    if "." not in text:
+        raise ConfigError(f"name the table as <schema>.<table>, e.g. public.{text}")
+    schema, name = text.split(".", 1)
+    return schema, name
+
+
 def cmd_tables_add(args) -> int:
     cfg = _config(args)
     source = cfg.source(args.source)
-    if "." not in args.table:
-        raise ConfigError(f"name the table as <schema>.<table>, e.g. public.{args.table}")
-    schema, name = args.table.split(".", 1)
+    schema, name = _table_name(args.table)
     src = open_source(source)
     columns, key = src.describe_table(schema, name)
-    arrow = pa.schema([pa.field(c.name, src.arrow_type(c.source_type)) for c in columns])
+    columns = apply_overrides(columns, parse_overrides(args.column_type), args.table)
+    try:
+        arrow = src.replica_schema(columns)  # every column's fate, decided now
+    except TableError as e:
+        raise TableError(f"cannot add {schema}.{name}: {e}") from e
     store = MetadataStore(cfg.metadata)
     try:
         store.add_table(source.name, schema, name, columns, key, encode_schema(arrow))
     finally:
         store.close()
-    print(f"added {schema}.{name} (key: {', '.join(key)}); `htap serve` copies it and keeps it fresh")
+    chosen = "".join(f"; {c.name} as {c.override}" for c in columns if c.override)
+    print(f"added {schema}.{name} (key: {', '.join(key)}{chosen}); `htap serve` copies it and keeps it fresh")
+    return 0
+
+
+def cmd_tables_recopy(args) -> int:
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    schema, name = _table_name(args.table)
+    src = open_source(source)
+    with MetadataStore(cfg.metadata) as store:
+        table = store.get_table(source.name, schema, name)
+        described, _key = src.describe_table(schema, name)
+        columns = apply_overrides(keep_overrides(described, table.columns), parse_overrides(args.column_type), args.table)
+        try:
+            src.replica_schema(columns)
+        except TableError as e:
+            raise TableError(f"cannot copy {schema}.{name} again: {e}") from e
+        store.resync(table.id, "copying again (htap tables recopy)", columns)
+    chosen = "".join(f"; {c.name} as {c.override}" for c in columns if c.override)
+    print(f"{schema}.{name} (was {table.state}) will be copied again{chosen}: a running `htap serve` starts within seconds")
+    return 0
+
+
+def cmd_tables_remove(args) -> int:
+    from htap.replica.deltas import table_dir  # loads DuckDB
+
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    schema, name = _table_name(args.table)
+    with MetadataStore(cfg.metadata) as store:
+        table = store.get_table(source.name, schema, name)
+        try:
+            print(open_source(source).unpublish(schema, name))
+        except SourceError as e:
+            print(f"warning: {e}; the source may still log the table's changes for the replica", file=sys.stderr)
+        store.remove_table(table.id)
+    shutil.rmtree(cfg.warehouse / table_dir(table), ignore_errors=True)
+    print(f"removed {schema}.{name} from source {source.name}: its metadata and delta files are gone")
+    return 0
+
+
+def cmd_sources_drop(args) -> int:
+    from htap.replica.deltas import table_dir  # loads DuckDB
+
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    for line in open_source(source).drop():  # fails (naming the process) while `htap serve` streams it
+        print(line)
+    with MetadataStore(cfg.metadata) as store:
+        tables = store.list_tables(source.name)
+        for table in tables:
+            store.remove_table(table.id)
+            shutil.rmtree(cfg.warehouse / table_dir(table), ignore_errors=True)
+        store.forget_source(source.name)
+    shutil.rmtree(cfg.warehouse / source.name, ignore_errors=True)
+    cfg.path.write_text(remove_source(cfg.path.read_text(), source.name, cfg.path))
+    print(f"removed {len(tables)} table(s) of source {source.name} and its section [sources.{source.name}] of {cfg.path}")
     return 0
 
 
@@ -84,9 +152,7 @@ def cmd_tables_list(args) -> int:
 def cmd_failover(args) -> int:
     cfg = _config(args)
     source = cfg.source(args.source)
-    if "." not in args.table:
-        raise ConfigError(f"name the table as <schema>.<table>, e.g. public.{args.table}")
-    schema, name = args.table.split(".", 1)
+    schema, name = _table_name(args.table)
     with MetadataStore(cfg.metadata) as store:
         set_property(store, store.get_table(source.name, schema, name), "htap.failover", "true" if args.state == "on" else "false")
     where = "the source" if args.state == "on" else "the replica (when healthy and fresh)"
@@ -115,13 +181,16 @@ def cmd_serve(args) -> int:
 def cmd_status(args) -> int:
     cfg = _config(args)
     statuses = table_statuses(cfg)
+    sources = source_statuses(cfg)
     if args.json:
-        print(json.dumps([s.to_dict() for s in statuses], indent=2))
+        print(json.dumps({"sources": [s.to_dict() for s in sources], "tables": [s.to_dict() for s in statuses]}, indent=2))
         return 0
-    for src in source_statuses(cfg):
+    for src in sources:
         lag = "-" if src.lag_s is None else f"{src.lag_s:.1f} s"
         print(f"source {src.source} ({src.kind}): position {src.position_text or '-'}, lag {lag}, "
-              f"{src.tables} tables, {src.unhealthy} unhealthy")
+              f"{src.tables} tables, {src.failed} failed, {src.unhealthy} unhealthy")
+        if src.retention:
+            print(f"    {src.retention}")
     print(f"{'table':<32} {'state':<12} {'rows':>10} {'deltas':>6} {'max safe position':>22} {'delay s':>8}  route")
     for s in statuses:
         rows = "-" if s.rows is None else str(s.rows)
@@ -233,9 +302,26 @@ def build_parser() -> argparse.ArgumentParser:
     a = t.add_parser("add", help="mark a source table as an HTAP table (copied by `htap serve`)")
     a.add_argument("table", help="<schema>.<table>")
     a.add_argument("--source", help="source name (default: the only one)")
+    column_type_help = (f"give a column another replica type than its source type's own (repeatable): {OVERRIDE_TYPES};"
+                        " for source types no replica type holds exactly (e.g. numeric without a precision)")
+    a.add_argument("--column-type", action="append", metavar="COLUMN=TYPE", help=column_type_help)
     a.set_defaults(func=cmd_tables_add)
+    r = t.add_parser("recopy", help="copy a table again (a failed table after its cause was fixed)")
+    r.add_argument("table", help="<schema>.<table>")
+    r.add_argument("--source", help="source name (default: the only one)")
+    r.add_argument("--column-type", action="append", metavar="COLUMN=TYPE", help=column_type_help)
+    r.set_defaults(func=cmd_tables_recopy)
+    rm = t.add_parser("remove", help="stop replicating a table: drop it from the publication, the metadata and its files")
+    rm.add_argument("table", help="<schema>.<table>")
+    rm.add_argument("--source", help="source name (default: the only one)")
+    rm.set_defaults(func=cmd_tables_remove)
     ls = t.add_parser("list", help="list HTAP tables")
     ls.set_defaults(func=cmd_tables_list)
+
+    so = sub.add_parser("sources", help="manage sources").add_subparsers(dest="sources_command", required=True, metavar="ACTION")
+    d = so.add_parser("drop", help="stop replicating a source: drop its slot and publication, remove its tables and its config section")
+    d.add_argument("source", help="source name")
+    d.set_defaults(func=cmd_sources_drop)
 
     f = sub.add_parser("failover", help="route reads of a table to its source (on) or back to the replica (off)")
     f.add_argument("table", help="<schema>.<table>")
@@ -246,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the ingest service (copy, then stream changes) until stopped")
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("status", help="per table: state, rows, deltas, max safe seq, delay")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s = sub.add_parser("status", help="per source: position, lag, failed tables, retained log; per table: state, rows, deltas, max safe seq, delay, errors")
+    s.add_argument("--json", action="store_true", help='machine-readable output: {"sources": [...], "tables": [...]}')
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("spark-conf", help="print the Spark settings that expose HTAP tables as a catalog")

@@ -9,9 +9,12 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 
 from htap.conf import HtapConfig
+from htap.connectors.changes import Retention
+from htap.connectors.registry import open_source
+from htap.errors import HtapError
 from htap.pushdown.replica_reader import read_plan
 from htap.replica.metadata import MetadataStore
-from htap.replica.models import TableInfo
+from htap.replica.models import STATE_FAILED, STATE_UNHEALTHY, TableInfo
 from htap.replica.snapshot import pin_and_plan
 from htap.rewrite.subplan import Aggregate, PushedSubplan
 from htap.seq import format_seq
@@ -87,10 +90,37 @@ class SourceStatus:
     position_text: str | None
     lag_s: float | None  # now - when that position was last confirmed current
     tables: int
-    unhealthy: int
+    unhealthy: int  # damaged files: reads fail over until verified or re-copied
+    failed: int = 0  # a value or change could not be applied: not followed; see each table's error
+    retained_bytes: int | None = None  # log the source keeps for the replica (Postgres: the slot's WAL)
+    retention: str | None = None  # one line: what the source retains for the replica and its state
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def retention_text(r: Retention | None) -> str | None:
+    if r is None:
+        return None
+    parts = [r.what]
+    if r.retained_bytes is not None:
+        parts.append(f"{_size(r.retained_bytes)} behind ({r.retained_bytes} bytes)")
+    if r.state:
+        parts.append(f"wal_status {r.state}" if r.what.startswith("slot") else r.state)
+    if r.active is not None:
+        parts.append("active" if r.active else "inactive")
+    if r.confirmed:
+        parts.append(f"confirmed {r.confirmed}")
+    text = ", ".join(parts)
+    return f"{text}: {r.note}" if r.note else text
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
@@ -101,9 +131,16 @@ def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
             tables = store.list_tables(name)
             position = store.source_position(name)
             at = store.source_position_time(name)
+            try:
+                retention = open_source(src).retention(position)
+                text = retention_text(retention)
+            except HtapError as e:
+                retention, text = None, f"retention unknown: {e}"
             out.append(SourceStatus(
                 source=name, kind=src.kind, position=position, position_text=format_seq(src.kind, position),
                 lag_s=None if at is None else round(max(0.0, now - at), 3), tables=len(tables),
-                unhealthy=sum(t.state == "unhealthy" for t in tables),
+                unhealthy=sum(t.state == STATE_UNHEALTHY for t in tables),
+                failed=sum(t.state == STATE_FAILED for t in tables),
+                retained_bytes=retention.retained_bytes if retention else None, retention=text,
             ))
         return out

@@ -158,9 +158,9 @@ class Replica:
                 tables = {t.name: t for t in store.list_tables(HTAP_SOURCE)}
                 if all(t.readable for t in tables.values()) and len(tables) == len(data.TABLE_NAMES):
                     break
-                bad = [f"{t.name}: {t.error}" for t in tables.values() if t.state == "unhealthy"]
+                bad = [f"{t.name}: {t.error}" for t in tables.values() if t.state in ("unhealthy", "failed")]
                 if bad:
-                    raise RuntimeError(f"replica table(s) unhealthy: {'; '.join(bad)} (see {self.log_path})")
+                    raise RuntimeError(f"replica table(s) unhealthy or failed: {'; '.join(bad)} (see {self.log_path})")
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"`htap serve` exited with code {self.proc.returncode}:\n{self.log_tail()}")
                 now = time.monotonic()

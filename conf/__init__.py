@@ -342,6 +342,25 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
     return "\n".join(lines) + "\n"
 
 
+def remove_source(text: str, name: str, path: Path) -> str:
+    """The config text without the `[sources.<name>]` section (comments elsewhere kept)."""
+    header = re.compile(r'^\s*\[\s*sources\s*\.\s*(?:"([^"]*)"|\'([^\']*)\'|([A-Za-z0-9_-]+))\s*\]\s*(#.*)?$')
+    out, skipping, found = [], False, False
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            m = header.match(stripped)
+            skipping = bool(m) and name in (m.group(1), m.group(2), m.group(3))
+            found = found or skipping
+        if not skipping:
+            out.append(line)
+    if not found:
+        raise ConfigError(f"{path}: no section [sources.{name}] to remove; edit the file by hand")
+    result = "".join(out).rstrip("\n") + "\n"
+    parse_config(tomllib.loads(result), path)  # still a valid config
+    return result
+
+
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from htap.connectors.tables import Column, SourceTable
+from htap.connectors.tables import OVERRIDE_TYPES, Column, SourceTable, override_type
+from htap.errors import PoisonError, TableError
 
 
 class _Unset:
@@ -38,6 +39,60 @@ UNSET = _Unset()  # a value the source did not send because it did not change
 def python_values(values: list, type: pa.DataType) -> pa.Array:
     """Decode one buffered column whose values are Python objects Arrow converts directly."""
     return pa.array(values, type)
+
+
+# What decoding raises for a value its replica type cannot hold (never for a lost connection).
+DECODE_ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError, ArithmeticError, TableError)
+
+
+def decode_checked(decode: Callable, values, type: pa.DataType, column: str) -> pa.Array:
+    """`decode(values, type)`, vectorized; when it fails, a PoisonError naming the column and
+    the first value that cannot be decoded (found by bisection: only on the failure path)."""
+    try:
+        return decode(values, type)
+    except DECODE_ERRORS as e:
+        raise find_poison(decode, values, type, column, e) from e
+
+
+def find_poison(decode: Callable, values, type: pa.DataType, column: str, error: BaseException) -> PoisonError:
+    """The first value of `values` that fails to decode on its own, as a PoisonError."""
+    if isinstance(error, PoisonError):
+        return error
+    lo, hi = 0, len(values)
+    while hi - lo > 1:  # invariant: the first failing value is in values[lo:hi]
+        mid = (lo + hi) // 2
+        try:
+            decode(values[lo:mid], type)
+            lo = mid
+        except DECODE_ERRORS:
+            hi = mid
+    if hi - lo == 1:
+        try:
+            decode(values[lo:hi], type)
+        except DECODE_ERRORS as e:
+            value = values[lo]
+            if isinstance(value, pa.Scalar):
+                value = value.as_py()
+            return PoisonError(column, value, f"{_first_line(e)} (replica type {type})", row=lo)
+    return PoisonError(column, None, f"{_first_line(error)} (replica type {type})")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What a source keeps for the replica so that nothing is lost while the replica is behind
+    (`htap status`): a Postgres slot retains WAL; a binlog reader retains nothing itself."""
+
+    what: str  # e.g. "slot htap_shop"
+    retained_bytes: int | None = None  # log kept only for the replica (None: unknown / not applicable)
+    active: bool | None = None  # a replica process is connected
+    state: str | None = None  # the source's own word for it (Postgres wal_status: reserved, extended, lost...)
+    confirmed: str | None = None  # the position the source was last told is durable, in its notation
+    note: str | None = None  # anything the user should know
 
 
 @dataclass(frozen=True)
@@ -125,7 +180,48 @@ class ChangeSource(ABC):
 
     @abstractmethod
     def arrow_type(self, source_type: str) -> pa.DataType:
-        """The replica's Arrow type for a source column type."""
+        """The replica's Arrow type for a source column type; TableError (saying why) when no
+        replica type holds all its values."""
+
+    def override_allowed(self, column: Column) -> bool:
+        """Whether this source delivers `column` exactly as any override type (OVERRIDE_TYPES)
+        on every path (copy, stream, source reads). Default: no overrides."""
+        return False
+
+    def check_override(self, column: Column) -> None:
+        """Fail (TableError) when this source cannot deliver `column` as its override type."""
+        override_type(column.override)
+        if not self.override_allowed(column):
+            raise TableError(
+                f"column {column.name} ({column.source_type}): this source cannot give it another replica type "
+                f"(--column-type); its own type maps to {self._own_type(column)}"
+            )
+
+    def _own_type(self, column: Column) -> str:
+        try:
+            return str(self.arrow_type(column.source_type))
+        except TableError as e:
+            return f"nothing ({e})"
+
+    def replica_type(self, column: Column) -> pa.DataType:
+        """The replica's Arrow type of a column: its override, else its source type's own.
+        TableError names the column and the way out when neither applies."""
+        if column.override:
+            self.check_override(column)
+            return override_type(column.override)
+        try:
+            return self.arrow_type(column.source_type)
+        except TableError as e:
+            way_out = (
+                f"; choose its replica type with --column-type {column.name}=<{OVERRIDE_TYPES}>"
+                if self.override_allowed(column) else "; exclude the table or change the column type in the source"
+            )
+            raise TableError(f"column {column.name}: {e}{way_out}") from e
+
+    def replica_schema(self, columns: list[Column] | tuple[Column, ...]) -> pa.Schema:
+        """The replica's Arrow schema of a table's columns (TableError naming the first column
+        that has no replica type)."""
+        return pa.schema([pa.field(c.name, self.replica_type(c)) for c in columns])
 
     @abstractmethod
     def prepare(self) -> None:
@@ -142,6 +238,23 @@ class ChangeSource(ABC):
     @abstractmethod
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         """Stream commits with seq > from_seq for (at least) `tables`."""
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def retention(self, position: int | None = None) -> Retention | None:
+        """What the source keeps for the replica now, whose durable position is `position`
+        (None: nothing to report)."""
+        return None
+
+    def unpublish(self, schema: str, table: str) -> str:
+        """A table stops being an HTAP table: stop logging its changes for the replica. Returns
+        what was done, in one line."""
+        return "nothing to change in the source"
+
+    def drop(self) -> list[str]:
+        """The source stops feeding the replica: remove everything the replica created in it
+        (slot, publication). Returns what was done, one line each."""
+        return ["nothing to drop in the source"]
 
     def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:
         """Whether rows that existed before `column` was added hold a value for it without any

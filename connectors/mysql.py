@@ -75,8 +75,11 @@ from htap.connectors.changes import (
     Event,
     Progress,
     Relation,
+    Retention,
     RowChange,
     Truncate,
+    decode_checked,
+    python_values,
 )
 from htap.connectors.spool import TxnSpool
 from htap.connectors.tables import Column, SourceTable
@@ -281,8 +284,6 @@ def describe_table(conn, schema: str, table: str) -> tuple[list[Column], list[st
             f"{schema}.{table} has no primary key; a replica applies updates and deletes by key: "
             f"add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) and add the table again"
         )
-    for c in columns:
-        mytypes.arrow_type(c.source_type)  # raises for an unsupported type, naming it
     return columns, key
 
 
@@ -319,7 +320,7 @@ def open_snapshot(conn, mariadb: bool) -> int:
 def copy_chunks(conn, table: SourceTable) -> Iterator[pa.Table]:
     """The snapshot's rows of `table` as Arrow tables of the replica's schema; closes `conn` at the end."""
     schema = table.arrow_schema
-    select = ", ".join(mytypes.copy_expression(c.name, c.source_type) for c in table.columns)
+    select = ", ".join(mytypes.copy_expression(c.name, c.source_type, c.override) for c in table.columns)
     query = f"SELECT {select} FROM {mytypes.quote_ident(table.schema)}.{mytypes.quote_ident(table.name)}"
     try:
         cur = conn.cursor(pymysql.cursors.SSCursor)
@@ -329,7 +330,8 @@ def copy_chunks(conn, table: SourceTable) -> Iterator[pa.Table]:
             if not rows:
                 break
             columns = list(zip(*rows))
-            yield pa.Table.from_arrays([pa.array(col, f.type) for col, f in zip(columns, schema)], schema=schema)
+            arrays = [decode_checked(python_values, col, f.type, f.name) for col, f in zip(columns, schema)]
+            yield pa.Table.from_arrays(arrays, schema=schema)
         cur.close()
         conn.rollback()
     except pymysql.err.MySQLError as e:
@@ -361,9 +363,11 @@ class _Layout:
                     return False
         return True
 
-    def enrich(self, binlog_columns) -> list:
-        """Give the TableMap's columns what the binlog leaves out; the converters per column."""
+    def enrich(self, binlog_columns, overrides: dict[str, str] | None = None) -> list:
+        """Give the TableMap's columns what the binlog leaves out; the converters per column
+        (with the replica types chosen for columns by name, `overrides`)."""
         converters = []
+        overrides = overrides or {}
         for i, ((name, typ, charset), col) in enumerate(zip(self.columns, binlog_columns)):
             t = mytypes.parse_type(typ)
             col.name = name
@@ -375,6 +379,9 @@ class _Layout:
             elif t.base == "set":
                 col.set_values = list(t.args)
             conv = mytypes.stream_converter(typ, col.type)
+            chosen = mytypes.override_converter(overrides.get(name)) if name in overrides else None
+            if chosen is not None:
+                conv = chosen if conv is None else (lambda v, a=conv, b=chosen: b(a(v)))
             if conv is not None or t.base == "set":
                 converters.append((i, conv, t.base == "set"))
         return converters
@@ -410,6 +417,7 @@ class MySQLStream(ChangeStream):
 
         self.source = source
         self.tables = {(t.schema, t.name): t for t in tables}
+        self.overrides = {key: {c.name: c.override for c in t.columns if c.override} for key, t in self.tables.items()}
         self.queue: queue.Queue = queue.Queue(QUEUE_EVENTS)
         self.stopping = threading.Event()
         conn = connect(source)
@@ -641,7 +649,7 @@ class MySQLStream(ChangeStream):
                 self.lost.add(key)
                 self.bound[ev.table_id] = None
                 return
-        self.bound[ev.table_id] = (key, layout.enrich(ev.columns))
+        self.bound[ev.table_id] = (key, layout.enrich(ev.columns, self.overrides.get(key)))
 
     def _rows(self, ev, write_cls, update_cls) -> None:
         binding = self.bound.get(ev.table_id)
@@ -702,6 +710,9 @@ class MySQLSource(ChangeSource):
     def arrow_type(self, source_type: str) -> pa.DataType:
         return mytypes.arrow_type(source_type)
 
+    def override_allowed(self, column: Column) -> bool:
+        return mytypes.override_allowed(column.source_type)
+
     def prepare(self) -> None:
         """Nothing to create: the binlog is read from a position, like a replica does."""
 
@@ -735,5 +746,35 @@ class MySQLSource(ChangeSource):
 
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return MySQLStream(self.config, from_seq, tables)
+
+    # --- operations -----------------------------------------------------------------------------
+
+    def retention(self, position: int | None = None) -> Retention:
+        """The binlog the replica has yet to read (the server keeps binlogs by its own expiry,
+        not for the replica: nothing is retained on the replica's behalf)."""
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                files = [(binlog_file_index(r[0]), int(r[1])) for r in cur.fetchall()]
+        except pymysql.err.MySQLError as e:
+            raise SourceError(f"cannot list the binlogs of source {self.config.name}: {_message(e)}") from e
+        finally:
+            conn.close()
+        note = "the server keeps binlogs by its own expiry (binlog_expire_logs_seconds), not for the replica"
+        if position is None or not files:
+            return Retention("binlog", None, None, None, None, note)
+        idx, pos = binlog_parts(position)
+        if idx < files[0][0]:
+            return Retention("binlog", None, None, "purged", format_binlog(position),
+                             "the binlog at the replica's position was purged: add the tables again")
+        behind = sum(size - (pos if i == idx else 0) for i, size in files if i >= idx)
+        return Retention("binlog", max(behind, 0), None, None, format_binlog(position), note)
+
+    def drop(self) -> list[str]:
+        return [
+            f"nothing to drop in source {self.config.name}: a binlog reader keeps no state in MySQL/MariaDB "
+            f"(the server expires binlogs by itself)"
+        ]
 
 

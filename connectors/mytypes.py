@@ -27,12 +27,14 @@ wider than 38 digits are not supported (TableError naming the column type).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import re
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from htap.connectors.tables import override_type
 from htap.errors import TableError
 
 # Binlog column type codes (mysql-replication's FIELD_TYPE; enum and set arrive as their real type).
@@ -90,9 +92,7 @@ def parse_type(column_type: str) -> MyType:
 
 
 def _unsupported(column_type: str, why: str = "") -> TableError:
-    return TableError(
-        f"column type {column_type!r} is not supported yet{why}; exclude the table or change the column type"
-    )
+    return TableError(f"type {column_type!r} is not supported{why}")
 
 
 def arrow_type(column_type: str) -> pa.DataType:
@@ -138,18 +138,44 @@ def arrow_type(column_type: str) -> pa.DataType:
     raise _unsupported(column_type)
 
 
-def copy_expression(name: str, column_type: str) -> str:
+def copy_expression(name: str, column_type: str, override: str | None = None) -> str:
     """The SELECT expression for a column in the initial copy (session time zone is UTC)."""
     ident = quote_ident(name)
     b = parse_type(column_type).base
+    if override:
+        target = override_type(override)
+        if pa.types.is_string(target):
+            return f"CAST({ident} AS CHAR)"  # a DECIMAL's digits at its scale, as format(Decimal, 'f')
+        if pa.types.is_floating(target):
+            return f"CAST({ident} AS DOUBLE)"
+        return ident
     if b == "time":
         return f"CAST({ident} AS CHAR)"
     if b == "bit":
         return f"CAST({ident} AS UNSIGNED)"
     if b == "float":
-        # The text protocol prints FLOAT with 6 digits; as a double it is exact.
-        return f"({ident} + 0e0)"
+        # The text protocol prints FLOAT with 6 digits; as a double it is exact. (`* 1e0`, not
+        # `+ 0e0`: -0 + 0 is +0, which would lose a negative zero.)
+        return f"({ident} * 1e0)"
     return ident
+
+
+def override_allowed(column_type: str) -> bool:
+    """Columns that can be given another replica type (--column-type): decimals (e.g. wider than
+    Spark's 38 digits) as string, double or decimal(p,s)."""
+    return parse_type(column_type).base == "decimal"
+
+
+def override_converter(override: str | None):
+    """A function turning one non-NULL binlog value into the override type's value, or None."""
+    if not override:
+        return None
+    target = override_type(override)
+    if pa.types.is_string(target):
+        return lambda v: format(v, "f") if isinstance(v, decimal.Decimal) else str(v)
+    if pa.types.is_floating(target):
+        return float
+    return None  # decimal(p,s): the Decimal as it is (one that does not fit fails the table)
 
 
 def quote_ident(name: str) -> str:
@@ -242,6 +268,9 @@ def stream_converter(column_type: str, binlog_code: int):
     if b == "binary":
         length = t.args[0] if t.args else 1
         return lambda v: v.ljust(length, b"\0")
+    if b == "year":
+        # YEAR is 1901..2155 or 0000, stored as the offset from 1900: the driver turns 0000 into 1900.
+        return lambda v: 0 if v == 1900 else v
     if b == "timestamp":
         # The zero timestamp is stored as 0 seconds, which the driver turns into the epoch.
         return lambda v: None if v == _EPOCH else v

@@ -10,6 +10,7 @@ duplicate (the stream skips a table's changes at or below its copy seq).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import select
 import time
@@ -19,11 +20,10 @@ from typing import Iterator
 import psycopg2
 import psycopg2.extras
 import pyarrow as pa
-import pyarrow.csv as pacsv
 from psycopg2 import sql
 
 from htap.conf import SourceConfig
-from htap.connectors import pgoutput
+from htap.connectors import pgcopy, pgoutput
 from htap.connectors.changes import (
     Begin,
     ChangeSource,
@@ -32,17 +32,16 @@ from htap.connectors.changes import (
     Event,
     Progress,
     Relation,
+    Retention,
     RowChange,
     Truncate,
 )
 from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
-from htap.seq import lsn_to_int
+from htap.seq import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
-
-COPY_BATCH_BYTES = 16 << 20
 
 
 def redact(dsn: str) -> str:
@@ -113,8 +112,6 @@ def describe_table(conn, schema: str, table: str) -> tuple[list[Column], list[st
             f"{schema}.{table} has no primary key; a replica applies updates and deletes by key: "
             f"add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) and add the table again"
         )
-    for c in columns:
-        arrow_type(c.source_type)  # raises for an unsupported type, naming it
     return columns, key
 
 
@@ -158,10 +155,9 @@ def ensure_slot(dsn: str, slot: str) -> None:
         conn.close()
 
 
-def copy_table(
-    dsn: str, schema: str, table: str, columns: list[str], work_dir: Path, slot_name: str
-) -> tuple[int, Iterator[pa.Table]]:
-    """Start a consistent copy: returns the copy seq and an iterator of text-typed Arrow chunks.
+def copy_table(dsn: str, table: SourceTable, slot_name: str) -> tuple[int, Iterator[pa.Table]]:
+    """Start a consistent copy: returns the copy seq and an iterator of chunks typed as the
+    replica's Arrow schema (see `htap.connectors.pgcopy`).
 
     The iterator holds the exporting replication connection open until it is exhausted (the
     exported snapshot lives only as long as that connection).
@@ -173,48 +169,19 @@ def copy_table(
         _slot, consistent_point, snapshot, _plugin = cur.fetchone()
     except psycopg2.Error as e:
         repl.close()
-        raise SourceError(f"cannot create a snapshot slot for the initial copy of {schema}.{table}: {e}") from e
+        raise SourceError(f"cannot create a snapshot slot for the initial copy of {table.qualified_name}: {e}") from e
     # Commits at or after the consistent point reach us through the stream; the copy holds the rest.
     copy_seq = lsn_to_int(consistent_point) - 1
-    return copy_seq, _copy_chunks(repl, dsn, snapshot, schema, table, columns, work_dir)
+    return copy_seq, _copy_chunks(repl, dsn, snapshot, table)
 
 
-def _copy_chunks(repl, dsn, snapshot, schema, table, columns, work_dir: Path) -> Iterator[pa.Table]:
-    conn = connect(dsn)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    spool = work_dir / f"copy-{schema}.{table}.csv"
+def _copy_chunks(repl, dsn: str, snapshot: str, table: SourceTable) -> Iterator[pa.Table]:
+    query = pgcopy.table_query(table.schema, table.name, [c.name for c in table.columns])
     try:
-        conn.autocommit = False
-        with conn.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
-            query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT WITH (FORMAT csv, NULL '\\N')").format(
-                sql.SQL(", ").join(sql.Identifier(c) for c in columns), sql.Identifier(schema, table)
-            )
-            with open(spool, "wb") as f:
-                cur.copy_expert(query.as_string(conn), f, size=1 << 20)
-        conn.rollback()
-        # The snapshot is no longer needed: release the temporary slot now.
-        repl.close()
-        if spool.stat().st_size == 0:
-            return  # an empty table
-        reader = pacsv.open_csv(
-            spool,
-            read_options=pacsv.ReadOptions(column_names=columns, block_size=COPY_BATCH_BYTES),
-            convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in columns},
-                null_values=["\\N"],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-        for batch in reader:
+        for batch in pgcopy.read_arrow(dsn, query, table.arrow_schema, snapshot, what=f"initial copy of {table.qualified_name}"):
             yield pa.Table.from_batches([batch])
     finally:
-        spool.unlink(missing_ok=True)
-        conn.close()
-        if not repl.closed:
-            repl.close()
+        repl.close()  # releases the temporary slot
 
 
 class PostgresStream(ChangeStream):
@@ -232,7 +199,13 @@ class PostgresStream(ChangeStream):
             )
         except psycopg2.Error as e:
             self.conn.close()
-            raise SourceError(f"cannot start streaming from slot {source.slot}: {e}") from e
+            detail = _first_line(e)
+            if "is active for PID" in detail:
+                raise SourceError(
+                    f"cannot stream source {source.name}: {detail}: another `htap serve` (or another client) is "
+                    f"reading slot {source.slot}; stop it, or give this source another slot name"
+                ) from e
+            raise SourceError(f"cannot start streaming source {source.name} from slot {source.slot}: {detail}") from e
         self.relations: dict[int, tuple[str, str]] = {}
         self.in_txn = False
         self.progress = from_seq
@@ -256,7 +229,7 @@ class PostgresStream(ChangeStream):
                     return None
                 select.select([self.conn], [], [], left)
         except psycopg2.Error as e:
-            raise SourceError(f"replication stream of source {self.source.name} failed: {e}") from e
+            raise SourceError(stream_failure(self.source.name, self.progress, e)) from e
 
     def _translate(self, m) -> Event | None:
         if isinstance(m, pgoutput.Begin):
@@ -290,10 +263,42 @@ class PostgresStream(ChangeStream):
         self.conn.close()
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def stream_failure(source: str, position: int, e: psycopg2.Error) -> str:
+    """What to tell the user when the replication stream breaks. A lost connection (the server
+    restarted or shut down, a network cut) shows up in libpq as a COPY_BOTH error without a
+    message, or as a closed connection: say so, and that the service reconnects."""
+    detail = _first_line(e)
+    lost = (
+        isinstance(e, (psycopg2.OperationalError, psycopg2.InterfaceError))
+        or "no message from the libpq" in detail
+        or "server closed the connection" in detail
+        or "terminating connection" in detail
+    )
+    if lost:
+        return (
+            f"the replication connection to source {source} was lost (the Postgres server restarted or shut down, "
+            f"or the connection was cut; libpq: {detail}); the service reconnects and resumes after the last "
+            f"durable position {int_to_lsn(position)}: nothing is lost"
+        )
+    return f"the replication stream of source {source} failed: {detail}"
+
+
 class PostgresSource(ChangeSource):
     def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
         # pgoutput delivers values in Postgres' text format.
-        return decode_text_column(pa.array(values, pa.string()), type)
+        if not isinstance(values, pa.Array):
+            values = pa.array(values, pa.string())
+        return decode_text_column(values, type)
+
+    def override_allowed(self, column: Column) -> bool:
+        # Every path carries (or can carry) the value's text: string keeps it exactly, double and
+        # decimal(p,s) parse it (a value that does not fit fails the table, naming it).
+        return True
 
     def __init__(self, config: SourceConfig):
         self.config = config
@@ -332,23 +337,84 @@ class PostgresSource(ChangeSource):
             publish_table(conn, self.config.publication, table.schema, table.name)
         finally:
             conn.close()
-        import os
-
-        names = [c.name for c in table.columns]
-        copy_seq, chunks = copy_table(
-            self.config.dsn, table.schema, table.name, names, work_dir, slot_name=f"htap_copy_{table.id}_{os.getpid()}"
-        )
-        schema = table.arrow_schema
-
-        def typed() -> Iterator[pa.Table]:
-            for chunk in chunks:
-                arrays = [decode_text_column(col.combine_chunks(), f.type) for col, f in zip(chunk.columns, schema)]
-                yield pa.Table.from_arrays(arrays, schema=schema)
-
-        return copy_seq, typed()
+        return copy_table(self.config.dsn, table, slot_name=f"htap_copy_{table.id}_{os.getpid()}")
 
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return PostgresStream(self.config, from_seq)
+
+    # --- operations -----------------------------------------------------------------------------
+
+    def retention(self, position: int | None = None) -> Retention:
+        slot = self.config.slot
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT active, active_pid, wal_status, confirmed_flush_lsn::text,"
+                    " pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint"
+                    " FROM pg_replication_slots WHERE slot_name = %s",
+                    (slot,),
+                )
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            return Retention(f"slot {slot}", note="no slot yet (`htap serve` creates it)")
+        active, pid, wal_status, confirmed, retained = row
+        note = None
+        if wal_status == "lost":
+            note = "the server removed WAL the slot still needed: drop the source and add its tables again"
+        elif not active:
+            note = "no replica is connected: the slot keeps WAL until `htap serve` runs again or `htap sources drop`"
+        return Retention(f"slot {slot}", int(retained) if retained is not None else None, bool(active), wal_status,
+                         confirmed, note if note else (f"streaming to pid {pid}" if pid else None))
+
+    def unpublish(self, schema: str, table: str) -> str:
+        publication = self.config.publication
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+                    (publication, schema, table),
+                )
+                if cur.fetchone() is None:
+                    return f"{schema}.{table} is not in publication {publication}: nothing to change in the source"
+                cur.execute(sql.SQL("ALTER PUBLICATION {} DROP TABLE {}").format(
+                    sql.Identifier(publication), sql.Identifier(schema, table)))
+                return f"dropped {schema}.{table} from publication {publication}"
+        finally:
+            conn.close()
+
+    def drop(self) -> list[str]:
+        slot, publication = self.config.slot, self.config.publication
+        done = []
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+                row = cur.fetchone()
+                if row is not None and row[0]:
+                    raise SourceError(
+                        f"replication slot {slot} of source {self.config.name} is in use by process {row[1]}: stop "
+                        f"`htap serve` first, then drop the source"
+                    )
+                if row is not None:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    done.append(f"dropped replication slot {slot}")
+                else:
+                    done.append(f"no replication slot {slot} to drop")
+                cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
+                if cur.fetchone() is not None:
+                    cur.execute(sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(publication)))
+                    done.append(f"dropped publication {publication}")
+                else:
+                    done.append(f"no publication {publication} to drop")
+        except psycopg2.Error as e:
+            raise SourceError(f"cannot drop the slot and publication of source {self.config.name}: {_first_line(e)}") from e
+        finally:
+            conn.close()
+        return done
 
     def existing_rows_have_value(self, schema: str, table: str, column: str) -> bool:
         # A default (stored as the column's "missing value", or a volatile one filled in by a
@@ -396,35 +462,5 @@ def check_select(dsn: str, user: str, schema: str, table: str, columns: list[str
 
 def read_query(dsn: str, query: str, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
     """Run a query on the source (at an exported snapshot if given) and stream it as Arrow
-    batches of `output`'s types, through COPY in text form and vectorized decoding."""
-    conn = connect(dsn)
-    try:
-        conn.autocommit = False
-        with conn.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            if snapshot:
-                cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
-            import io
-
-            buf = io.BytesIO()
-            cur.copy_expert(f"COPY ({query}) TO STDOUT WITH (FORMAT csv, NULL '\\N')", buf)
-        conn.rollback()
-    except psycopg2.Error as e:
-        raise SourceError(f"query on the source failed: {str(e).strip().splitlines()[0]}") from e
-    finally:
-        conn.close()
-    buf.seek(0)
-    if not buf.getbuffer().nbytes:
-        return
-    names = [f"c{i}" for i in range(len(output))]
-    reader = pacsv.open_csv(
-        buf,
-        read_options=pacsv.ReadOptions(column_names=names, block_size=COPY_BATCH_BYTES),
-        convert_options=pacsv.ConvertOptions(
-            column_types={n: pa.string() for n in names}, null_values=["\\N"], strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
-        ),
-    )
-    for batch in reader:
-        arrays = [decode_text_column(col, f.type) for col, f in zip(batch.columns, output)]
-        yield pa.RecordBatch.from_arrays(arrays, schema=output)
+    batches of `output`'s types (binary COPY through ADBC; see `htap.connectors.pgcopy`)."""
+    return pgcopy.read_arrow(dsn, query, output, snapshot)

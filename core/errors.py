@@ -31,3 +31,40 @@ class ReplicaError(HtapError):
 
 class ShimBuildError(HtapError):
     """The Java catalog shim could not be compiled (no JDK, no pyspark jars)."""
+
+
+class PoisonError(TableError):
+    """A value the replica cannot store in its column's replica type.
+
+    Only the value's table fails (state `failed`); the rest of its source goes on. The ingest
+    service adds where it happened (source, table, seq) to the message it records.
+    """
+
+    MAX_VALUE_CHARS = 120
+
+    def __init__(self, column: str | None, value: object, reason: str, row: int | None = None, seq: int | None = None):
+        self.column = column
+        self.value = value
+        self.reason = reason
+        self.row = row  # index of the value in the decoded batch
+        self.seq = seq  # the commit sequence of the change that carried it, when known
+        super().__init__(self.describe())
+
+    @property
+    def value_text(self) -> str:
+        import decimal
+
+        v = self.value
+        if isinstance(v, decimal.Decimal):
+            text = format(v, "f")
+        elif hasattr(v, "isoformat"):
+            text = v.isoformat()
+        else:
+            text = repr(v)
+        if len(text) > self.MAX_VALUE_CHARS:
+            text = text[: self.MAX_VALUE_CHARS] + f"... ({len(text)} characters)"
+        return text
+
+    def describe(self) -> str:
+        where = f"column {self.column}" if self.column else "a column"
+        return f"{where}: value {self.value_text} cannot be stored: {self.reason}"

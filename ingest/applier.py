@@ -15,7 +15,7 @@ from typing import Callable
 import pyarrow as pa
 
 from htap.connectors.changes import Begin, Commit, Event, Progress, Relation, RowChange, Truncate
-from htap.errors import HtapError
+from htap.errors import HtapError, PoisonError
 from htap.ingest.buffer import TableBuffer
 from htap.replica.models import TableInfo
 
@@ -42,6 +42,16 @@ class Failed:
 
     table_id: int
     error: HtapError
+    seq: int | None = None  # the commit sequence of the change
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A table that failed since the last checkpoint (recorded with that checkpoint)."""
+
+    table: TableInfo
+    error: HtapError
+    seq: int | None
 
 
 Action = FollowSchema | Recopy | Failed
@@ -62,6 +72,7 @@ class TransactionApplier:
         self.last_commit = position
         self.buffered = 0  # changes buffered since the last checkpoint
         self.truncations: list[tuple[int, int]] = []  # (table id, seq) since the last checkpoint
+        self.failures: list[Failure] = []  # tables that failed since the last checkpoint
 
     @property
     def safe_seq(self) -> int:
@@ -116,7 +127,7 @@ class TransactionApplier:
                     buf.delete(event.old, self.txn_seq)  # the key itself changed
                 buf.upsert(event.values, self.txn_seq)
         except HtapError as e:
-            return Failed(tid, e)
+            return Failed(tid, e, self.txn_seq)
         self.buffered += 1
         return None
 
@@ -128,25 +139,45 @@ class TransactionApplier:
             self.by_name.pop((table.schema, table.name), None)
         self.truncations = [(t, s) for t, s in self.truncations if t != table_id]
 
+    def fail(self, table_id: int, error: HtapError, seq: int | None) -> None:
+        """The table cannot be followed any more: stop following it; the failure is recorded
+        with the next checkpoint (in the same metadata transaction as the other tables' data)."""
+        table = self.tables.get(table_id)
+        if table is not None:
+            self.failures.append(Failure(table, error, seq))
+        self.drop(table_id)
+
     def retable(self, table: TableInfo) -> None:
         """The table's logical schema changed (metadata only): later changes use the new one."""
         self.tables[table.id] = table
         self.buffers[table.id].retable(table)
 
     def pending(self) -> bool:
-        return any(b.pending() for b in self.buffers.values()) or bool(self.truncations)
+        return any(b.pending() for b in self.buffers.values()) or bool(self.truncations) or bool(self.failures)
 
-    def drain(self) -> tuple[list[tuple[TableInfo, pa.Table]], list[tuple[int, int]]]:
-        """Everything buffered since the last checkpoint, per table and schema, plus the
-        truncations; the buffers start empty."""
-        parts = [part for b in self.buffers.values() if b.pending() for part in b.drain_all()]
+    def drain(self) -> tuple[list[tuple[TableInfo, pa.Table]], list[tuple[int, int]], list[Failure]]:
+        """Everything buffered since the last checkpoint, per table and schema, the truncations
+        and the tables that failed; the buffers start empty. A table whose buffered values
+        cannot be decoded fails here (its poison named), the others are unaffected."""
+        parts = []
+        for tid, b in list(self.buffers.items()):
+            if not b.pending():
+                continue
+            try:
+                parts += b.drain_all()
+            except PoisonError as e:
+                self.fail(tid, e, e.seq)
         truncations, self.truncations = self.truncations, []
+        failures, self.failures = self.failures, []
         self.buffered = 0
-        return parts, truncations
+        return parts, truncations, failures
 
     def checkpointed(self, position: int, tables: dict[int, TableInfo]) -> None:
-        """Everything up to `position` is durable; `tables` are the followed tables as stored now."""
+        """Everything up to `position` is durable; `tables` are the followed tables as stored now
+        (a table missing from it was removed meanwhile: it is not followed any more)."""
         self.position = position
         for tid in list(self.tables):
             if tid in tables:
                 self.tables[tid] = tables[tid]
+            else:
+                self.drop(tid)

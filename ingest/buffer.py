@@ -10,8 +10,8 @@ from typing import Callable
 
 import pyarrow as pa
 
-from htap.connectors.changes import UNSET, python_values
-from htap.errors import HtapError
+from htap.connectors.changes import UNSET, decode_checked, python_values
+from htap.errors import HtapError, PoisonError
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, ORD, SEQ, UNSET_MASK, TableInfo
 
 MAX_PARTIAL_COLUMNS = 63  # the unset mask is an int64 bitmask
@@ -28,23 +28,26 @@ class TableBuffer:
         self.decode = decode
         self.names = [c.name for c in table.columns]
         self.key_positions = [self.names.index(k) for k in table.key]
-        self.frozen: list[tuple[TableInfo, pa.Table]] = []
+        self.frozen: list[tuple[TableInfo, tuple]] = []  # (table, undecoded rows) under older schemas
         self._reset()
 
     def retable(self, table: TableInfo) -> None:
-        """The table's logical schema changed: rows buffered so far keep the old one."""
+        """The table's logical schema changed: rows buffered so far keep the old one (they are
+        decoded at the next drain, like the rest)."""
         if len(self):
-            self.frozen.append((self.table, self.drain()))
+            self.frozen.append((self.table, self._rows()))
         self.table = table
         self.names = [c.name for c in table.columns]
         self.key_positions = [self.names.index(k) for k in table.key]
         self._reset()
 
     def drain_all(self) -> list[tuple[TableInfo, pa.Table]]:
-        """Everything buffered, each part with the table schema it was buffered under."""
-        parts = self.frozen + ([(self.table, self.drain())] if len(self) else [])
+        """Everything buffered, each part with the table schema it was buffered under; empties
+        the buffer. PoisonError when a value cannot be decoded (the buffer is empty then too)."""
+        rows = self.frozen + ([(self.table, self._rows())] if len(self) else [])
         self.frozen = []
-        return parts
+        self._reset()
+        return [(table, self._decode(table, *raw)) for table, raw in rows]
 
     def pending(self) -> bool:
         return bool(self.frozen) or len(self) > 0
@@ -125,15 +128,30 @@ class TableBuffer:
 
     def drain(self) -> pa.Table:
         """The buffered changes as an Arrow table (typed columns, _seq, _op, _unset, _ord); empties the buffer."""
-        schema = self.table.arrow_schema
-        arrays = [self.decode(col, f.type) for col, f in zip(self.columns, schema)]
-        n = len(self.seqs)
+        raw = self._rows()
+        self._reset()
+        return self._decode(self.table, *raw)
+
+    def _rows(self) -> tuple:
+        return self.columns, self.seqs, self.ops, self.unset
+
+    def _decode(self, table: TableInfo, columns: list[list], seqs: list[int], ops: list[int], unset: list[int]) -> pa.Table:
+        """Buffered rows -> Arrow, one vectorized decode per column. A value the column's replica
+        type cannot hold is a PoisonError naming the column, the value and its change's seq."""
+        names = [c.name for c in table.columns]
+        arrays = []
+        for col, f in zip(columns, table.arrow_schema):
+            try:
+                arrays.append(decode_checked(self.decode, col, f.type, f.name))
+            except PoisonError as e:
+                if e.row is not None and e.row < len(seqs):
+                    e.seq = seqs[e.row]
+                raise
+        n = len(seqs)
         arrays += [
-            pa.array(self.seqs, pa.int64()),
-            pa.array(self.ops, pa.int8()),
-            pa.array(self.unset, pa.int64()),
+            pa.array(seqs, pa.int64()),
+            pa.array(ops, pa.int8()),
+            pa.array(unset, pa.int64()),
             pa.array(range(n), pa.int64()),
         ]
-        data = pa.Table.from_arrays(arrays, names=[*self.names, SEQ, OP, UNSET_MASK, ORD])
-        self._reset()
-        return data
+        return pa.Table.from_arrays(arrays, names=[*names, SEQ, OP, UNSET_MASK, ORD])

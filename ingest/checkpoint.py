@@ -6,6 +6,10 @@ and position; only then is the position confirmed to the source, which may then 
 crash at any point loses nothing (the source re-sends what was not confirmed; re-sent
 transactions at or below the durable position are skipped) and duplicates nothing (an
 unreferenced delta file is never read).
+
+A table whose buffered values cannot be decoded or written fails alone: the same metadata
+transaction marks it failed (with the value and seq named) and advances everyone else, so one
+table never holds back its source.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import logging
 import time
 from pathlib import Path
 
-from htap.connectors.changes import ChangeStream
-from htap.ingest.applier import TransactionApplier
+from htap.connectors.changes import DECODE_ERRORS, ChangeStream
+from htap.errors import PoisonError
+from htap.ingest.applier import Failure, TransactionApplier
+from htap.ingest.failures import failure_message, log_failure
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 
@@ -23,21 +29,44 @@ log = logging.getLogger(__name__)
 
 
 class Checkpointer:
-    def __init__(self, warehouse: Path, store: MetadataStore, source: str):
+    def __init__(self, warehouse: Path, store: MetadataStore, source: str, kind: str = ""):
         self.warehouse = warehouse
         self.store = store
         self.source = source
+        self.kind = kind
 
     def checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
         """Make everything the applier holds durable (call between transactions); returns the
         new durable position."""
         safe = applier.safe_seq
         changes = applier.buffered
-        parts, truncations = applier.drain()
-        deltas = [d for table, data in parts for d in write_partitioned(self.warehouse, table, data)]
-        self.store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations)
+        parts, truncations, failures = applier.drain()
+        deltas = []
+        failed_ids = {f.table.id for f in failures}
+        for table, data in parts:
+            if table.id in failed_ids:
+                continue
+            try:
+                deltas += write_partitioned(self.warehouse, table, data)
+            except DECODE_ERRORS as e:  # a value the delta's types cannot hold (never a disk error)
+                failures.append(Failure(table, PoisonError(None, None, str(e).strip().splitlines()[0]), safe))
+                failed_ids.add(table.id)
+                applier.drop(table.id)
+        # A table that failed contributes nothing to this checkpoint.
+        dropped = [d for d in deltas if d.table_id in failed_ids]
+        deltas = [d for d in deltas if d.table_id not in failed_ids]
+        truncations = [(t, s) for t, s in truncations if t not in failed_ids]
+        messages = [
+            (f.table.id, failure_message(self.source, self.kind, f.table, f.error, f.seq, "the change stream"))
+            for f in failures
+        ]
+        orphans = self.store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations, messages)
+        for path in orphans + [d.path for d in dropped]:
+            (self.warehouse / path).unlink(missing_ok=True)
+        for _, message in messages:
+            log_failure(message)
         if deltas or truncations:
             log.info("checkpoint at seq %s: %d changes in %d deltas, %d truncations", safe, changes, len(deltas), len(truncations))
-        applier.checkpointed(safe, {tid: self.store.table_by_id(tid) for tid in applier.tables})
+        applier.checkpointed(safe, {t.id: t for t in self.store.list_tables(self.source) if t.id in applier.tables})
         stream.confirm(safe)  # only now is everything up to `safe` durable
         return safe

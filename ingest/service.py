@@ -25,11 +25,13 @@ import pyarrow.parquet as pq
 
 from htap import engine
 from htap.conf import HtapConfig, SourceConfig
-from htap.connectors.changes import ChangeSource, Commit
+from htap.connectors.changes import DECODE_ERRORS, ChangeSource, Commit
 from htap.connectors.registry import open_source
-from htap.errors import HtapError
+from htap.connectors.tables import keep_overrides
+from htap.errors import HtapError, PoisonError, SourceError, TableError
 from htap.ingest.applier import Action, Failed, FollowSchema, Recopy, TransactionApplier
 from htap.ingest.checkpoint import Checkpointer
+from htap.ingest.failures import failure_message, log_failure
 from htap.replica.compaction import compaction_loop
 from htap.replica.deltas import write_delta
 from htap.replica.metadata import MetadataStore
@@ -39,9 +41,9 @@ from htap.replica.models import (
     SEQ,
     STATE_CATCHING_UP,
     STATE_COPYING,
+    STATE_FAILED,
     STATE_PENDING,
     STATE_STREAMING,
-    STATE_UNHEALTHY,
     TableInfo,
     encode_schema,
 )
@@ -78,19 +80,47 @@ class SourceIngest:
                 self.copy(table)
 
     def copy(self, table: TableInfo) -> None:
+        """Copy one table; a problem of the table itself (a value its replica types cannot hold,
+        a column type without a replica type, the table gone) fails only that table, once: it
+        is not retried until `htap tables recopy` or a change of its columns in the source. A
+        problem of the source (connection lost) is raised: the whole source retries."""
+        state: dict = {}
+        try:
+            self._copy(table, state)
+        except SourceError:
+            raise
+        except (TableError, *DECODE_ERRORS) as e:
+            error = e if isinstance(e, HtapError) else PoisonError(None, None, str(e).strip().splitlines()[0])
+            self.fail(state.get("table", table), error, state.get("copy_seq"), "the initial copy")
+        except Exception as e:  # a bug, not bad input: say so loudly, but keep the source going
+            log.exception("%s: unexpected failure of the initial copy", table.qualified_name)
+            self.fail(state.get("table", table), HtapError(f"unexpected {type(e).__name__}: {e}"), state.get("copy_seq"),
+                      "the initial copy")
+
+    def fail(self, table: TableInfo, error: HtapError, seq: int | None, during: str) -> None:
+        message = failure_message(self.config.name, self.config.kind, table, error, seq, during)
+        self.store.fail_table(table.id, message)
+        log_failure(message)
+
+    def _copy(self, table: TableInfo, state: dict) -> None:
         """Initial copy: stage the source's rows, choose partition split points, write one
         sorted delta per partition, then make them visible with the copy seq in one step."""
         for stale in self.store.start_copy(table.id):
             (self.cfg.warehouse / stale).unlink(missing_ok=True)
-        # The source's schema now (it may have changed since the table was added).
-        columns, key = self.source.describe_table(table.schema, table.name)
-        arrow = pa.schema([pa.field(c.name, self.source.arrow_type(c.source_type)) for c in columns])
+        # The source's schema now (it may have changed since the table was added); the replica
+        # types chosen for its columns stay while their source types do.
+        described, key = self.source.describe_table(table.schema, table.name)
+        columns = keep_overrides(described, table.columns)
+        self.store.redefine(table.id, columns, key, table.arrow_schema_b64)
+        table = state["table"] = self.store.table_by_id(table.id)
+        arrow = self.source.replica_schema(columns)  # TableError naming a column without a replica type
         self.store.redefine(table.id, columns, key, encode_schema(arrow))
-        table = self.store.table_by_id(table.id)
+        table = state["table"] = self.store.table_by_id(table.id)
         stage = self.cfg.warehouse / "_tmp" / f"copy-{table.id}-{uuid.uuid4().hex[:8]}"
         stage.mkdir(parents=True)
         try:
             copy_seq, chunks = self.source.initial_copy(table, stage)
+            state["copy_seq"] = copy_seq
             log.info("copying %s at seq %s", table.qualified_name, copy_seq)
             rows, started = 0, time.monotonic()
             for i, chunk in enumerate(chunks):
@@ -130,6 +160,7 @@ class SourceIngest:
         has the table copied again. Returns the new table, or None when it is re-copied."""
         old = [c.name for c in table.columns]
         described, key = self.source.describe_table(table.schema, table.name)
+        described = keep_overrides(described, table.columns)
         by_name = {c.name: c for c in described}
         kept = [c for c in columns if c in old]
         added = [c for c in columns if c not in old]
@@ -139,6 +170,10 @@ class SourceIngest:
             reason = "the source schema changed again since this change"
         elif kept != [c for c in old if c in columns] or tuple(key) != table.key or set(dropped) & set(table.key):
             reason = "columns were renamed, reordered or the key changed"
+        elif kept + added != list(columns) or (added and dropped):
+            # Added columns come last; one change that adds and drops columns may be a rename
+            # (whose old rows do have values): only a copy is safe.
+            reason = "columns were renamed or reordered"
         elif any(by_name[c.name].source_type != c.source_type for c in table.columns if c.name in by_name):
             reason = "a column's type changed"
         elif any(self.source.existing_rows_have_value(table.schema, table.name, c) for c in added):
@@ -153,7 +188,12 @@ class SourceIngest:
         new_columns = [c for c in table.columns if c.name in columns] + [
             dataclasses.replace(by_name[c], added_version=version) for c in added
         ]
-        arrow = pa.schema([pa.field(c.name, self.source.arrow_type(c.source_type)) for c in new_columns])
+        try:
+            arrow = self.source.replica_schema(new_columns)
+        except TableError as e:
+            log.warning("%s: schema change: %s: copying the table again", table.qualified_name, e)
+            self.store.resync(table.id, f"re-copying after a schema change: {e}")
+            return None
         self.store.alter_schema(table.id, new_columns, encode_schema(arrow), version)
         changed = self.store.table_by_id(table.id)
         log.info("%s: schema version %d: added %s, dropped %s (metadata only)", table.qualified_name, version, added, dropped)
@@ -161,16 +201,25 @@ class SourceIngest:
 
     def changed_types(self, tables: list[TableInfo]) -> list[int]:
         """Tables whose columns changed type in the source (same names): they are copied again.
-        Added and dropped columns are followed when the stream shows them (follow_schema)."""
+        Added and dropped columns are followed when the stream shows them (follow_schema).
+        A failed table is copied again on any change of its columns (names or types): the
+        change may be the fix (e.g. a column given a type that holds the value)."""
         changed = []
         for table in tables:
             try:
                 described, _ = self.source.describe_table(table.schema, table.name)
             except HtapError as e:
-                log.warning("%s: cannot check its schema: %s", table.qualified_name, e)
+                if table.state != STATE_FAILED:
+                    log.warning("%s: cannot check its schema: %s", table.qualified_name, e)
                 continue
             now = {c.name: c.source_type for c in described}
-            if set(now) == {c.name for c in table.columns} and any(now[c.name] != c.source_type for c in table.columns):
+            before = {c.name: c.source_type for c in table.columns}
+            if table.state == STATE_FAILED:
+                if list(now.items()) != list(before.items()):
+                    log.warning("%s (failed): its columns changed in the source: copying the table again", table.qualified_name)
+                    self.store.resync(table.id, "re-copying a failed table after its columns changed in the source")
+                    changed.append(table.id)
+            elif set(now) == set(before) and now != before:
                 log.warning("%s: a column changed type in the source: copying the table again", table.qualified_name)
                 self.store.resync(table.id, "re-copying after a column type change")
                 changed.append(table.id)
@@ -186,7 +235,7 @@ class SourceIngest:
         tables = [t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)]
         position = self.store.source_position(self.config.name) or 0
         applier = TransactionApplier(tables, self.source.decode_column, position)
-        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name)
+        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name, self.config.kind)
         log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
         interval = self.cfg.flush_interval_s
@@ -207,13 +256,18 @@ class SourceIngest:
                         stream.request_progress()
                     if now >= next_schema_check:
                         next_schema_check = now + SCHEMA_CHECK_S
-                        for tid in self.changed_types(list(applier.tables.values())):
+                        failed = [t for t in self.store.list_tables(self.config.name) if t.state == STATE_FAILED]
+                        for tid in self.changed_types(list(applier.tables.values()) + failed):
                             applier.drop(tid)
                     if now >= next_pending_check:
                         next_pending_check = now + PENDING_CHECK_S
-                        if any(t.state == STATE_PENDING for t in self.store.list_tables(self.config.name)):
+                        stored = self.store.list_tables(self.config.name)
+                        if any(t.state == STATE_PENDING for t in stored):
                             checkpointer.checkpoint(applier, stream)
                             return
+                        followed = {t.id for t in stored if t.state in (STATE_CATCHING_UP, STATE_STREAMING)}
+                        for tid in [tid for tid in applier.tables if tid not in followed]:
+                            applier.drop(tid)  # removed (`htap tables remove`) or failed elsewhere
                 timeout = max(0.0, min(next_flush, next_pending_check) - now) if not applier.in_txn else 1.0
                 event = stream.poll(timeout)
                 if event is None:
@@ -229,7 +283,11 @@ class SourceIngest:
         """Carry out what the applier could not decide alone."""
         table = applier.tables[action.table_id]
         if isinstance(action, FollowSchema):
-            changed = self.follow_schema(table, action.columns)
+            try:
+                changed = self.follow_schema(table, action.columns)
+            except TableError as e:  # e.g. the table is gone from the source
+                applier.fail(table.id, e, applier.txn_seq)
+                return
             if changed is None:
                 applier.drop(table.id)
             else:
@@ -239,9 +297,7 @@ class SourceIngest:
             self.store.resync(table.id, action.reason)
             applier.drop(table.id)
         elif isinstance(action, Failed):
-            log.error("%s: marked unhealthy: %s", table.qualified_name, action.error)
-            self.store.set_state(table.id, STATE_UNHEALTHY, str(action.error))
-            applier.drop(table.id)
+            applier.fail(table.id, action.error, action.seq)  # recorded with the next checkpoint
 
 
 def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
@@ -252,7 +308,8 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
             try:
                 SourceIngest(cfg, source, stop).run()
             except HtapError as e:
-                log.error("source %s: %s (retrying in %.0f s)", source.name, e, retry_s)
+                text = str(e) if f"source {source.name}" in str(e) else f"source {source.name}: {e}"
+                log.error("%s (retrying in %.0f s)", text, retry_s)
                 stop.wait(retry_s)
             except Exception:  # a bug, not bad input: say so loudly, keep the other sources running
                 log.exception("source %s: unexpected failure (retrying in %.0f s)", source.name, retry_s)

@@ -92,7 +92,7 @@ def read_replica(
     for f in files:
         if not Path(f).is_file():
             raise ReplicaError(f"delta file {f} of table {table_label} is missing; the replica is damaged")
-    con = engine.cursor()
+    con = engine.cursor(exact_floats=engine.has_floats(table_schema))
     if files and evolved(delta_versions, added_versions):
         source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
         strategy = "merge"

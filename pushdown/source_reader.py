@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 from htap.conf import SourceConfig
@@ -25,7 +26,23 @@ def source_sql(source: SourceConfig, table: TableInfo, subplan: PushedSubplan) -
     if dialect is None:
         raise SourceError(f"reading {table.qualified_name} from a {source.kind} source is not supported")
     relation = exp.Table(this=exp.to_identifier(table.name, quoted=True), db=exp.to_identifier(table.schema, quoted=True))
+    if source.kind == "postgres":
+        relation = replica_values(table, relation)
     return render.select(subplan, relation, [c.name for c in table.columns]).sql(dialect)
+
+
+def replica_values(table: TableInfo, relation: exp.Expression) -> exp.Expression:
+    """The table's rows as the replica holds them (each column's fate: NaN numerics as NULL,
+    infinite dates as the ends of Spark's range, overridden columns as their replica type), so
+    that pushed filters and aggregates on the source give what they give on the replica."""
+    from htap.connectors.pgtypes import replica_value_sql
+
+    types = table.arrow_schema
+    columns = []
+    for c in table.columns:
+        expr = replica_value_sql(c.name, c.source_type, types.field(c.name).type, c.override)
+        columns.append(sqlglot.parse_one(expr, read="postgres").as_(c.name, quoted=True))
+    return exp.select(*columns).from_(relation).subquery(exp.to_identifier(table.name, quoted=True))
 
 
 def read_source(

@@ -114,7 +114,7 @@ def merge(
         )
         collapsed = f'SELECT *, 0::BIGINT AS "{UNSET_MASK}" FROM ({base}) WHERE "{OP}" = {OP_UPSERT}'
         sql = f"SELECT * FROM ({newer}) UNION ALL BY NAME ({collapsed}) ORDER BY {keys}, \"{SEQ}\" DESC"
-    con = engine.cursor()
+    con = engine.cursor(exact_floats=engine.has_floats(table.arrow_schema))
     try:
         data = con.sql(sql).to_arrow_table()
     except (duckdb.IOException, duckdb.InvalidInputException) as e:

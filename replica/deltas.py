@@ -34,7 +34,7 @@ def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
     Within one transaction a key can change several times; its last change is its state at
     that seq. (A partial update followed by more changes in one transaction keeps the last.)
     """
-    con = engine.cursor()
+    con = engine.cursor(exact_floats=engine.has_floats(data.schema))
     try:
         con.register("batch", data)
         keys = ", ".join(f'"{k}"' for k in key)

@@ -30,6 +30,7 @@ from htap.errors import ConfigError, NoSuchTableError, ReplicaError, TableError
 from htap.replica.models import (
     STATE_CATCHING_UP,
     STATE_COPYING,
+    STATE_FAILED,
     STATE_PENDING,
     STATE_STREAMING,
     Column,
@@ -197,7 +198,7 @@ class _Postgres(_Backend):
 
 
 def _columns_json(columns: list[Column]) -> str:
-    return json.dumps([[c.name, c.source_type, c.nullable, c.added_version] for c in columns])
+    return json.dumps([[c.name, c.source_type, c.nullable, c.added_version, c.override] for c in columns])
 
 
 class MetadataStore:
@@ -366,10 +367,33 @@ class MetadataStore:
                  arrow_schema, table_id),
             )
 
-    def resync(self, table_id: int, reason: str) -> None:
-        """Have the service copy the table again (a change the replica cannot follow in place)."""
+    def resync(self, table_id: int, reason: str, columns: list[Column] | None = None) -> None:
+        """Have the service copy the table again (a change the replica cannot follow in place,
+        or a failed table after its cause was fixed); `columns`: new column choices (overrides)."""
         with self._tx():
             self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (STATE_PENDING, reason, table_id))
+            if columns is not None:
+                self._x("UPDATE tables SET columns_json = ? WHERE id = ?", (_columns_json(columns), table_id))
+
+    def fail_table(self, table_id: int, error: str) -> None:
+        """The table cannot be followed any more (see STATE_FAILED); `error` says why and what to do."""
+        with self._tx():
+            self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (STATE_FAILED, error, table_id))
+
+    def remove_table(self, table_id: int) -> None:
+        """Forget an HTAP table: its row, deltas, truncations, pins and scans (the caller deletes
+        its files)."""
+        with self._tx():
+            for table, column in (("deltas", "table_id"), ("truncations", "table_id"), ("pins", "table_id"),
+                                  ("scans", "table_id"), ("tables", "id")):
+                self._x(f"DELETE FROM {table} WHERE {column} = ?", (table_id,))
+
+    def forget_source(self, source: str) -> None:
+        """Forget a source's position and safe points (its tables are removed one by one first)."""
+        with self._tx():
+            self._x("DELETE FROM sources WHERE name = ?", (source,))
+            self._x("DELETE FROM safe_points WHERE source = ?", (source,))
+            self._x("DELETE FROM query_snapshots WHERE source = ?", (source,))
 
     def set_failover(self, table_id: int, on: bool) -> None:
         with self._tx():
@@ -413,18 +437,26 @@ class MetadataStore:
         safe_seq: int,
         safe_time: float,
         truncations: list[tuple[int, int]] = (),
-    ) -> None:
-        """Make a checkpoint durable: its deltas and truncations (table id, seq), every table's
-        max safe seq, the source position — in one transaction.
+        failures: list[tuple[int, str]] = (),
+    ) -> list[str]:
+        """Make a checkpoint durable: its deltas and truncations (table id, seq), the tables that
+        failed since the last checkpoint (table id, error), every other table's max safe seq, the
+        source position — in one transaction.
 
         Tables still catching up become readable once the stream has passed their copy seq.
+        Deltas of tables removed meanwhile are not recorded: their paths are returned (to delete).
         """
         with self._tx():
-            self._insert_deltas(deltas)
+            for table_id, error in failures:
+                self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (STATE_FAILED, error, table_id))
+            live = {r[0] for r in self._all("SELECT id FROM tables WHERE source = ?", (source,))}
+            orphans = [d.path for d in deltas if d.table_id not in live]
+            self._insert_deltas([d for d in deltas if d.table_id in live])
             for table_id, seq in truncations:
-                self._x(
-                    "INSERT INTO truncations (table_id, seq) VALUES (?, ?) ON CONFLICT DO NOTHING", (table_id, seq)
-                )
+                if table_id in live:
+                    self._x(
+                        "INSERT INTO truncations (table_id, seq) VALUES (?, ?) ON CONFLICT DO NOTHING", (table_id, seq)
+                    )
             self._x(
                 "UPDATE tables SET state = ? WHERE source = ? AND state = ? AND copy_seq <= ?",
                 (STATE_STREAMING, source, STATE_CATCHING_UP, safe_seq),
@@ -445,6 +477,7 @@ class MetadataStore:
                     "INSERT INTO safe_points (source, seq, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                     (source, safe_seq, safe_time),
                 )
+        return orphans
 
     def source_position(self, source: str) -> int | None:
         row = self._one("SELECT position FROM sources WHERE name = ?", (source,))

@@ -22,7 +22,10 @@ STATE_PENDING = "pending"  # added, initial copy not started
 STATE_COPYING = "copying"  # initial copy running; not readable
 STATE_CATCHING_UP = "catching_up"  # copied; the change stream has not yet reached the copy point
 STATE_STREAMING = "streaming"  # readable, kept fresh by the change stream
-STATE_UNHEALTHY = "unhealthy"  # readable no more; queries must fail over to the source
+STATE_UNHEALTHY = "unhealthy"  # its files are damaged; queries must fail over to the source
+STATE_FAILED = "failed"  # a change or value could not be applied: not followed any more; queries fail
+# over to the source; `error` says what and how to fix it (then `htap tables recopy`, or automatically
+# when the source changes the table's columns)
 
 
 @dataclass(frozen=True)

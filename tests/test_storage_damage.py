@@ -39,7 +39,7 @@ def test_corrupt_and_missing_delta_files(workspace, spark, catalog):
 
     assert ws.table("a").state == "unhealthy" and str(corrupt) in ws.table("a").error
     assert ws.table("c").state == "unhealthy"
-    status = {s["table"]: s for s in json.loads(ws.htap("status", "--json").stdout)}
+    status = {s["table"]: s for s in json.loads(ws.htap("status", "--json").stdout)["tables"]}
     assert status[f"{ws.schema}.a"]["state"] == "unhealthy"
 
     # Nothing else stopped: table b still reads and still follows changes.

@@ -58,7 +58,7 @@ def items(workspace):
     t = f"{ws.schema}.items"
     ws.sql(f"CREATE TABLE {t} ({COLUMNS})")
     ws.sql(f"INSERT INTO {t} " + ROWS.format(lo=1, hi=2000))
-    ws.htap("tables", "add", t)
+    ws.htap("tables", "add", t, "--column-type", "unbounded=string")  # numeric without a precision: its text
     ws.start_service()
     ws.wait_readable("items")
     return t

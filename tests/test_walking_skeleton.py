@@ -180,7 +180,7 @@ def test_status_reports_rows_deltas_and_delay(workspace):
     ws.sql(f"DELETE FROM {t} WHERE k = 'a'")
     ws.wait_caught_up("small")
     status = json.loads(ws.htap("status", "--json").stdout)
-    (row,) = [s for s in status if s["table"] == t]
+    (row,) = [s for s in status["tables"] if s["table"] == t]
     assert row["state"] == "streaming"
     assert row["rows"] == 1
     assert row["deltas"] >= 2  # the copy and the delete

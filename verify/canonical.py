@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from htap.connectors.pgtypes import replica_value_sql
 from htap.errors import HtapError
 from htap.replica.models import TableInfo
 
@@ -41,8 +42,8 @@ def qi(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _pg_column(name: str, source_type: str, t: pa.DataType) -> str:
-    c = qi(name)
+def _pg_column(name: str, source_type: str, t: pa.DataType, c: str) -> str:
+    """`c`: the column's value as the replica holds it (htap.connectors.pgtypes.replica_value_sql)."""
     if pa.types.is_integer(t):
         return f"{c}::text"
     if pa.types.is_boolean(t):
@@ -85,9 +86,9 @@ def _duck_column(name: str, t: pa.DataType) -> str:
     raise CanonicalError(f"column {name} (Arrow {t}) cannot be verified yet")
 
 
-def _field(column: str, text: str, dialect: str) -> str:
+def _field(value: str, text: str, dialect: str) -> str:
     size = f"octet_length({text})::text" if dialect == "postgres" else f"CAST(strlen({text}) AS VARCHAR)"
-    return f"CASE WHEN {qi(column)} IS NULL THEN 'N' ELSE {size} || ':' || {text} END"
+    return f"CASE WHEN {value} IS NULL THEN 'N' ELSE {size} || ':' || {text} END"
 
 
 class Canonical:
@@ -98,13 +99,23 @@ class Canonical:
         self.table = table
         self.columns = list(schema.names)
         self.key = list(table.key)
-        source_types = {c.name: c.source_type for c in table.columns}
-        self.pg = {f.name: _pg_column(f.name, source_types.get(f.name, "?"), f.type) for f in schema}
+        by_name = {c.name: c for c in table.columns}
+        # Postgres' side starts from each value's fate (NaN numerics NULL, infinite dates clamped, ...).
+        self.pg_value = {
+            f.name: replica_value_sql(f.name, by_name[f.name].source_type, f.type, by_name[f.name].override)
+            if f.name in by_name else qi(f.name)
+            for f in schema
+        }
+        self.pg = {
+            f.name: _pg_column(f.name, by_name[f.name].source_type if f.name in by_name else "?", f.type, self.pg_value[f.name])
+            for f in schema
+        }
         self.duck = {f.name: _duck_column(f.name, f.type) for f in schema}
 
     def text(self, dialect: str, columns: list[str] | None = None) -> str:
         exprs = self.pg if dialect == "postgres" else self.duck
-        parts = [_field(c, exprs[c], dialect) for c in (columns or self.columns)]
+        values = self.pg_value if dialect == "postgres" else {c: qi(c) for c in self.columns}
+        parts = [_field(values[c], exprs[c], dialect) for c in (columns or self.columns)]
         return " || '|' || ".join(parts)
 
     def row_md5(self, dialect: str) -> str:

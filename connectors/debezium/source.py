@@ -20,6 +20,8 @@ from htap.connectors.changes import (
     Relation,
     RowChange,
     Truncate,
+    decode_checked,
+    python_values,
 )
 from htap.connectors.debezium.assembler import Assembler
 from htap.connectors.debezium.connect_types import arrow_type, type_string
@@ -286,9 +288,19 @@ class DebeziumSource(ChangeSource):
             for start in range(0, len(values), 100_000):
                 part = values[start:start + 100_000]
                 columns = list(zip(*part))
-                yield pa.Table.from_arrays([pa.array(col, f.type) for col, f in zip(columns, schema)], schema=schema)
+                arrays = [decode_checked(python_values, col, f.type, f.name) for col, f in zip(columns, schema)]
+                yield pa.Table.from_arrays(arrays, schema=schema)
 
         return copy_seq, chunks()
 
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         return DebeziumStream(self.config, from_seq, tables)
+
+    def drop(self) -> list[str]:
+        if self.config.bootstrap_servers:
+            return [
+                f"nothing to drop for source {self.config.name}: Debezium owns the source's slot or binlog reader; "
+                f"Kafka consumer group {self.config.group_id} keeps its committed offsets (delete it with "
+                f"`kafka-consumer-groups.sh --delete --group {self.config.group_id}` if nothing else uses it)"
+            ]
+        return [f"nothing to drop for source {self.config.name}: its events are read from {self.config.path}"]

@@ -227,7 +227,7 @@ def test_retable_applies_the_new_schema_to_later_changes():
     a.retable(wider)
     assert a.tables[1] is wider
     txn(a, 102, row(values=(2, "b", 5)))
-    parts, _ = a.drain()
+    parts, _, _ = a.drain()
     assert [(t.schema_version, d.column_names[:3], d.num_rows) for t, d in parts] == [(1, ["id", "v", SEQ], 1), (2, ["id", "v", "w"], 1)]
 
 
@@ -235,13 +235,13 @@ def test_drain_returns_every_tables_rows_and_truncations_and_starts_afresh():
     a = applier()
     txn(a, 101, row(values=(1, "a")), row("items", values=(2, "b")))
     txn(a, 102, Truncate((("public", "items"),)))
-    parts, truncations = a.drain()
+    parts, truncations, failures = a.drain()
     assert {t.id: d.select(["id", SEQ, OP, UNSET_MASK]).to_pylist() for t, d in parts} == {
         1: [{"id": 1, SEQ: 101, OP: 0, UNSET_MASK: 0}],
         2: [{"id": 2, SEQ: 101, OP: 0, UNSET_MASK: 0}],
     }
     assert truncations == [(2, 102)]
-    assert not a.pending() and a.buffered == 0 and a.drain() == ([], [])
+    assert not a.pending() and a.buffered == 0 and a.drain() == ([], [], [])
 
 
 def test_checkpointed_moves_the_position_and_refreshes_the_tables():
