@@ -13,7 +13,7 @@ def open_source(config: SourceConfig) -> ChangeSource:
 
         return PostgresSource(config)
     if config.kind == "mysql":
-        from htap.connectors.mysql import MySQLSource
+        from htap.connectors.mysql.source import MySQLSource
 
         return MySQLSource(config)
     if config.kind == "debezium":

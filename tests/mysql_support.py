@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from htap.connectors.mysql import master_position
+from htap.connectors.mysql.server import master_position
 from htap.seq import binlog_seq
 
 from services import SERVICES

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import normalized, wait_until
-
 from htap.seq import lsn_to_int
+
+from conftest import normalized, wait_until
 
 
 def confirmed_lsn(ws) -> int:

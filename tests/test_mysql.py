@@ -215,7 +215,7 @@ def test_stream_resumes_exactly_after_a_seq_and_progresses_when_idle(my_workspac
 
     from htap.conf import load_config
     from htap.connectors.changes import Begin, Commit, Progress, RowChange
-    from htap.connectors.mysql import MySQLSource
+    from htap.connectors.mysql.source import MySQLSource
 
     ws = my_workspace
     t = f"{ws.schema}.r"
@@ -351,7 +351,13 @@ def test_config_keys_are_checked_per_kind(tmp_path):
 
 
 def test_check_messages_against_the_real_servers_settings(mysql):
-    from htap.connectors.mysql import binlog_settings, check_cdc_ready, privilege_problem, privileges, settings_problem
+    from htap.connectors.mysql.server import (
+        binlog_settings,
+        check_cdc_ready,
+        privilege_problem,
+        privileges,
+        settings_problem,
+    )
     from htap.errors import SourceError
 
     real = binlog_settings(mysql)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import psycopg2
 
+from htap import localpg
+from htap.conf import load_config
+
 from conftest import wait_until
 from services import free_port
 from workspace import Workspace
-
-from htap import localpg
-from htap.conf import load_config
 
 
 def slot_exists(ws) -> bool:

@@ -17,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import wait_until
-from services import pg_dsn
-
 from htap.connectors.pgtypes import SESSION_SETTINGS, decode_text_column
+
+from services import pg_dsn
 
 INF = ("'infinity'", "'-infinity'")
 

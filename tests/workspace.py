@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from htap.conf import load_config
-from htap.connectors.mysql import master_position
+from htap.connectors.mysql.server import master_position
 from htap.replica.metadata import MetadataStore
 from htap.seq import binlog_seq, lsn_to_int
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from unit_support import make_table
 
 from htap.conf import parse_config, remove_source, render_config
 from htap.connectors.changes import Begin, Commit, RowChange, decode_checked, find_poison, python_values
@@ -17,8 +18,6 @@ from htap.connectors.tables import Column, apply_overrides, keep_overrides, over
 from htap.errors import ConfigError, PoisonError, TableError
 from htap.ingest.applier import TransactionApplier
 from htap.ingest.failures import failure_message
-
-from unit_support import make_table
 
 
 def test_bisection_names_the_first_value_that_cannot_be_decoded():
