@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from htap.conf.service import ServiceConfig, parse_service, render_service
 from htap.errors import ConfigError
 
 CONFIG_ENV = "HTAP_CONFIG"
@@ -109,6 +110,7 @@ class HtapConfig:
     compaction_ratio: float = 4.0
     max_deltas: int = 12
     sources: dict[str, SourceConfig] = field(default_factory=dict)
+    service: ServiceConfig = ServiceConfig()  # [service]: metrics, health, source watching
 
     def source(self, name: str | None = None) -> SourceConfig:
         """The named source, or the only one when no name is given."""
@@ -147,7 +149,7 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 
 
 def parse_config(raw: dict, path: Path) -> HtapConfig:
-    _check_keys(raw, {"replica", "sources"}, path, "")
+    _check_keys(raw, {"replica", "sources", "service"}, path, "")
     for section in ("replica", "sources"):
         if not isinstance(raw.get(section, {}), dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
@@ -199,6 +201,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         warehouse=warehouse,
         metadata=metadata,
         sources=sources,
+        service=parse_service(raw.get("service", {}), path),
         **numbers,
     )
 
@@ -329,6 +332,7 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             lines.append(f"# metadata = \"\"  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
+    lines += render_service()
     lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind == "debezium":
         # dsn: kafka://host:port[,host:port]/<topic prefix>, or a file or folder of events.
