@@ -24,6 +24,7 @@ from psycopg2 import sql
 
 from htap.conf import SourceConfig
 from htap.connectors import pgcopy, pgoutput
+from htap.connectors.pgheartbeat import Heartbeat
 from htap.connectors.changes import (
     Begin,
     ChangeSource,
@@ -209,6 +210,7 @@ class PostgresStream(ChangeStream):
         self.relations: dict[int, tuple[str, str]] = {}
         self.in_txn = False
         self.progress = from_seq
+        self.heartbeat = Heartbeat(lambda: connect(source.dsn))
 
     def poll(self, timeout: float) -> Event | None:
         deadline = time.monotonic() + timeout
@@ -216,6 +218,7 @@ class PostgresStream(ChangeStream):
             while True:
                 msg = self.cur.read_message()
                 if msg is not None:
+                    self.heartbeat.heard()
                     event = self._translate(pgoutput.decode(msg.payload))
                     if event is not None:
                         return event
@@ -224,10 +227,13 @@ class PostgresStream(ChangeStream):
                     # The server has sent everything before its sent position (keepalive or data).
                     self.progress = self.cur.wal_end - 1
                     return Progress(self.progress)
+                if not self.in_txn:
+                    self.heartbeat.tick(self.progress, self.request_progress)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                select.select([self.conn], [], [], left)
+                wait = left if self.in_txn else min(left, self.heartbeat.due_in())
+                select.select([self.conn], [], [], max(wait, 0.001))
         except psycopg2.Error as e:
             raise SourceError(stream_failure(self.source.name, self.progress, e)) from e
 
@@ -260,6 +266,7 @@ class PostgresStream(ChangeStream):
         self.cur.send_feedback(reply=True)
 
     def close(self) -> None:
+        self.heartbeat.close()
         self.conn.close()
 
 
