@@ -16,12 +16,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    from htap.connectors.queryable import QueryableSource
+
 from htap.connectors.tables import OVERRIDE_TYPES, Column, SourceTable, override_type
-from htap.errors import PoisonError, TableError
+from htap.errors import PoisonError, SourceError, TableError
 
 
 class _Unset:
@@ -238,6 +241,11 @@ class ChangeSource(ABC):
     @abstractmethod
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         """Stream commits with seq > from_seq for (at least) `tables`."""
+
+    def queryable(self) -> "QueryableSource":
+        """The source's read side (failover reads, access checks, snapshots for verification);
+        SourceError saying what to configure when this source cannot be queried."""
+        raise SourceError(f"a {type(self).__name__} cannot be read directly (no failover reads or verification)")
 
     # --- operations ---------------------------------------------------------------------------
 

@@ -14,13 +14,16 @@ import os
 import re
 import select
 import time
+import uuid
 from pathlib import Path
 from typing import Iterator
 
 import psycopg2
 import psycopg2.extras
 import pyarrow as pa
+import sqlglot
 from psycopg2 import sql
+from sqlglot import exp
 
 from htap.conf import SourceConfig
 from htap.connectors import pgcopy, pgoutput
@@ -37,9 +40,11 @@ from htap.connectors.changes import (
     RowChange,
     Truncate,
 )
-from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column
+from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column, replica_value_sql
+from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
+from htap.rewrite.subplan import PushedSubplan
 from htap.seq import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
@@ -295,7 +300,48 @@ def stream_failure(source: str, position: int, e: psycopg2.Error) -> str:
     return f"the replication stream of source {source} failed: {detail}"
 
 
-class PostgresSource(ChangeSource):
+class PostgresSource(ChangeSource, QueryableSource):
+    dialect = "postgres"
+
+    def queryable(self) -> QueryableSource:
+        return self
+
+    def relation(self, table: SourceTable) -> exp.Expression:
+        """The table's rows as the replica holds them (each column's fate: NaN numerics as NULL,
+        infinite dates as the ends of Spark's range, overridden columns as their replica type)."""
+        types = table.arrow_schema
+        columns = []
+        for c in table.columns:
+            expr = replica_value_sql(c.name, c.source_type, types.field(c.name).type, c.override)
+            columns.append(sqlglot.parse_one(expr, read="postgres").as_(c.name, quoted=True))
+        return exp.select(*columns).from_(super().relation(table)).subquery(exp.to_identifier(table.name, quoted=True))
+
+    def read(self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
+        return read_query(self.config.dsn, self.render(table, subplan), output, snapshot)
+
+    def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
+        return check_select(self.config.dsn, user, table.schema, table.name, columns)
+
+    def server_process(self) -> int | str:
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                backend = cur.fetchone()[0]
+        finally:
+            conn.close()
+        try:
+            cmdline = Path(f"/proc/{backend}/cmdline").read_bytes().decode(errors="replace")
+            stat = Path(f"/proc/{backend}/stat").read_text()
+        except OSError:
+            return "the source runs on another machine (its processes are not in /proc here)"
+        if "postgres" not in cmdline:
+            return "the source runs on another machine (its processes are not in /proc here)"
+        return int(stat.rsplit(")", 1)[1].split()[1])  # the postmaster: the backend's parent
+
+    def export_snapshot(self) -> "PostgresSnapshot":
+        return PostgresSnapshot(self.config)
+
     def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
         # pgoutput delivers values in Postgres' text format.
         if not isinstance(values, pa.Array):
@@ -471,3 +517,51 @@ def read_query(dsn: str, query: str, output: pa.Schema, snapshot: str | None = N
     """Run a query on the source (at an exported snapshot if given) and stream it as Arrow
     batches of `output`'s types (binary COPY through ADBC; see `htap.connectors.pgcopy`)."""
     return pgcopy.read_arrow(dsn, query, output, snapshot)
+
+
+class PostgresSnapshot(SourceSnapshot):
+    """One snapshot shared by the source and the replica, exactly.
+
+    A replication connection creates a temporary logical slot that exports its snapshot:
+    `CREATE_REPLICATION_SLOT ... TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')` returns a
+    consistent point C and a snapshot name. A transaction that runs `SET TRANSACTION SNAPSHOT` on
+    that name sees exactly the commits before C, which is the replica's state at seq C-1 (seq =
+    commit LSN; the initial copy relies on the same fact). The exported snapshot lives only while
+    the replication connection stays open and idle, so it is held open until closed.
+    """
+
+    def __init__(self, source: SourceConfig):
+        self.source = source
+        self.conn = connect(source.dsn, replication=True)
+        slot = f"htap_verify_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        try:
+            cur = self.conn.cursor()
+            cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" TEMPORARY LOGICAL pgoutput (SNAPSHOT \'export\')')
+            _slot, point, name, _plugin = cur.fetchone()
+        except psycopg2.Error as e:
+            self.conn.close()
+            raise SourceError(f"cannot export a snapshot of source {source.name} (a temporary replication slot): {e}") from e
+        self.slot = slot
+        self.name: str = name  # for SET TRANSACTION SNAPSHOT
+        self.lsn: str = point  # the consistent point C
+        self.seq: int = lsn_to_int(point) - 1  # the replica seq whose state equals the snapshot
+        self.position = int_to_lsn(self.seq)
+
+    def close(self) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "consistent_point": self.lsn}
+
+    def open_transaction(self):
+        conn = connect(self.source.dsn)
+        try:
+            conn.autocommit = False
+            with conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                cur.execute("SET TRANSACTION SNAPSHOT %s", (self.name,))
+        except psycopg2.Error as e:
+            conn.close()
+            raise SourceError(f"cannot import snapshot {self.name} on source {self.source.name}: {e}") from e
+        return conn

@@ -98,7 +98,7 @@ class SourceIngest:
                       "the initial copy")
 
     def fail(self, table: TableInfo, error: HtapError, seq: int | None, during: str) -> None:
-        message = failure_message(self.config.name, self.config.kind, table, error, seq, during)
+        message = failure_message(self.config.name, self.config.codec, table, error, seq, during)
         self.store.fail_table(table.id, message)
         log_failure(message)
 
@@ -235,7 +235,7 @@ class SourceIngest:
         tables = [t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)]
         position = self.store.source_position(self.config.name) or 0
         applier = TransactionApplier(tables, self.source.decode_column, position)
-        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name, self.config.kind)
+        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name, self.config.codec)
         log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
         interval = self.cfg.flush_interval_s

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from htap import engine
 from htap.conf import HtapConfig, SourceConfig
+from htap.connectors.registry import open_queryable
 from htap.errors import HtapError, NoSuchTableError
 from htap.pushdown.replica_reader import read_plan
 from htap.replica.leases import kept
@@ -42,7 +43,6 @@ from htap.replica.models import STATE_UNHEALTHY, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
 from htap.replica.snapshot import ReadPlan, plan_reads, queryable_window
 from htap.rewrite.subplan import Literal, Predicate, PushedSubplan
-from htap.seq import int_to_lsn
 from htap.verify.canonical import Canonical, prepare_batch, prepared_schema, qi
 from htap.verify.snapshot import ExportedSnapshot, VerifyError, wait_for_seq
 
@@ -193,6 +193,7 @@ class TableCheck:
     counts: dict = field(default_factory=lambda: {"missing": 0, "extra": 0, "different": 0})
     error: str | None = None
     pin_id: int | None = None
+    source_position: str = ""  # the snapshot's position in the source's own notation
     started: float = field(default_factory=time.monotonic)
     duration_s: float = 0.0
     marked_unhealthy: bool = False
@@ -214,6 +215,8 @@ class TableCheck:
 
 class DataVerifier:
     def __init__(self, cfg: HtapConfig, source: SourceConfig, snap: ExportedSnapshot, opts: DataOptions):
+        if open_queryable(source).dialect != "postgres":
+            raise VerifyError(f"source {source.name}: `htap verify data` computes its checksums in Postgres SQL only so far")
         self.cfg = cfg
         self.source = source
         self.snap = snap
@@ -258,6 +261,7 @@ class DataVerifier:
         check.timings["wait_s"] = time.monotonic() - started
         check.table = table
         check.seq = self.snap.seq
+        check.source_position = self.snap.position
         check.canonical = Canonical(table)
         window = queryable_window(store, table, self.cfg.window_s)
         if window is None or not window.min_seq <= self.snap.seq <= window.max_seq:
@@ -532,7 +536,7 @@ def _reason(check: TableCheck) -> str:
     what = f"{c['missing']} missing, {c['extra']} extra, {c['different']} different rows"
     if errors:
         what += f", {len(errors)} ranges failed ({errors[0]})"
-    return f"htap verify data: {what} at seq {check.seq} ({int_to_lsn(check.seq)}); e.g. keys {sample}"
+    return f"htap verify data: {what} at seq {check.seq} ({check.source_position}); e.g. keys {sample}"
 
 
 def _table_report(check: TableCheck) -> dict:

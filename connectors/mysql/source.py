@@ -18,6 +18,7 @@ from htap.connectors.changes import (
     ChangeStream,
     Retention,
 )
+from htap.connectors.queryable import QueryableSource
 from htap.connectors.mysql.server import check_cdc_ready, connect, describe_table, error_message, server_is_mariadb
 from htap.connectors.mysql.snapshot import copy_chunks, open_snapshot
 from htap.connectors.mysql.stream import MySQLStream
@@ -120,3 +121,10 @@ class MySQLSource(ChangeSource):
             f"nothing to drop in source {self.config.name}: a binlog reader keeps no state in MySQL/MariaDB "
             f"(the server expires binlogs by itself)"
         ]
+
+    # --- the read side (failover, access checks, verification) ---------------------------------
+
+    def queryable(self) -> QueryableSource:
+        from htap.connectors.mysql.reads import MySQLQueryable
+
+        return MySQLQueryable(self.config)
