@@ -158,6 +158,7 @@ def cmd_failover(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from htap.ingest.health import ServiceState
     from htap.ingest.service import serve  # loads DuckDB and the source drivers
 
     cfg = _config(args)
@@ -169,8 +170,19 @@ def cmd_serve(args) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    state = ServiceState()
+    metrics = None
+    if cfg.service.metrics_endpoint is not None:
+        from htap.app.metrics import MetricsServer
+
+        metrics = MetricsServer(cfg, state)  # fails before anything starts when the address is taken
+        log.info("metrics on %s/metrics, health on %s/health", metrics.url, metrics.url)
     log.info("serving %d source(s) from %s", len(cfg.sources), cfg.path)
-    serve(cfg, stop)
+    try:
+        serve(cfg, stop, state=state)
+    finally:
+        if metrics is not None:
+            metrics.close()
     log.info("stopped")
     return 0
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from htap.conf.service import ServiceConfig, parse_service, render_service
 from htap.errors import ConfigError
 from htap.seq import BINLOG, LSN, PLAIN, SeqCodec
 
@@ -216,6 +217,7 @@ class HtapConfig:
     compaction_ratio: float = 4.0
     max_deltas: int = 12
     sources: dict[str, SourceConfig] = field(default_factory=dict)
+    service: ServiceConfig = ServiceConfig()  # [service]: metrics, health, source watching
 
     def source(self, name: str | None = None) -> SourceConfig:
         """The named source, or the only one when no name is given."""
@@ -254,7 +256,7 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 
 
 def parse_config(raw: dict, path: Path) -> HtapConfig:
-    _check_keys(raw, {"replica", "sources"}, path, "")
+    _check_keys(raw, {"replica", "sources", "service"}, path, "")
     for section in ("replica", "sources"):
         if not isinstance(raw.get(section, {}), dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
@@ -293,6 +295,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         warehouse=warehouse,
         metadata=metadata,
         sources=sources,
+        service=parse_service(raw.get("service", {}), path),
         **numbers,
     )
 
@@ -423,6 +426,7 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             lines.append(f"# metadata = \"\"  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
+    lines += render_service()
     lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind not in CONFIG_CLASSES:
         raise ConfigError(f"kind {kind!r} is not supported; use one of {SOURCE_KINDS}")

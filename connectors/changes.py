@@ -96,6 +96,8 @@ class Retention:
     state: str | None = None  # the source's own word for it (Postgres wal_status: reserved, extended, lost...)
     confirmed: str | None = None  # the position the source was last told is durable, in its notation
     note: str | None = None  # anything the user should know
+    lag_bytes: int | None = None  # log the source wrote after the replica's durable position
+    lost: str | None = None  # why the source no longer holds log the replica needs (None: it does)
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,15 @@ class ChangeSource(ABC):
         """What the source keeps for the replica now, whose durable position is `position`
         (None: nothing to report)."""
         return None
+
+    def reset_log(self) -> str:
+        """The log the replica streamed from is lost (`Retention.lost`): forget it, so that
+        `prepare` starts a new one from which the re-copied tables are followed. Returns what was
+        done, in one line."""
+        raise SourceError(
+            f"source {getattr(getattr(self, 'config', None), 'name', '?')}: the replica's log position is lost and this "
+            f"source kind cannot start a new one: remove its tables and add them again"
+        )
 
     def unpublish(self, schema: str, table: str) -> str:
         """A table stops being an HTAP table: stop logging its changes for the replica. Returns

@@ -403,24 +403,52 @@ class PostgresSource(ChangeSource, QueryableSource):
         try:
             with conn.cursor() as cur:
                 cur.execute(
-                    "SELECT active, active_pid, wal_status, confirmed_flush_lsn::text,"
-                    " pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint"
-                    " FROM pg_replication_slots WHERE slot_name = %s",
+                    "SELECT pg_current_wal_lsn()::text, s.slot_name IS NOT NULL, s.active, s.active_pid, s.wal_status,"
+                    " s.confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint"
+                    " FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
                     (slot,),
                 )
-                row = cur.fetchone()
+                current, exists, active, pid, wal_status, confirmed, retained = cur.fetchone()
+        except psycopg2.Error as e:
+            raise SourceError(f"cannot read the slot {slot} of source {self.config.name}: {_first_line(e)}") from e
         finally:
             conn.close()
-        if row is None:
-            return Retention(f"slot {slot}", note="no slot yet (`htap serve` creates it)")
-        active, pid, wal_status, confirmed, retained = row
-        note = None
+        # Everything committed so far is seq current - 1 (see PostgresStream.poll's progress).
+        lag = None if position is None else max(0, lsn_to_int(current) - 1 - position)
+        if not exists:
+            if position is None:
+                return Retention(f"slot {slot}", note="no slot yet (`htap serve` creates it)")
+            lost = (f"replication slot {slot} does not exist any more (dropped?), but the replica streamed from it up "
+                    f"to {int_to_lsn(position)}: the changes since then are in no slot")
+            return Retention(f"slot {slot}", state="missing", note=lost, lag_bytes=lag, lost=lost)
+        note = lost = None
         if wal_status == "lost":
-            note = "the server removed WAL the slot still needed: drop the source and add its tables again"
+            note = lost = (f"replication slot {slot} was invalidated (wal_status lost): the server removed WAL the "
+                           f"replica still needed (it kept more than max_slot_wal_keep_size)")
+        elif wal_status == "unreserved":
+            note = ("the slot keeps more WAL than max_slot_wal_keep_size: the server removes it at its next "
+                    "checkpoint unless the replica catches up (then its tables are copied again)")
         elif not active:
             note = "no replica is connected: the slot keeps WAL until `htap serve` runs again or `htap sources drop`"
         return Retention(f"slot {slot}", int(retained) if retained is not None else None, bool(active), wal_status,
-                         confirmed, note if note else (f"streaming to pid {pid}" if pid else None))
+                         confirmed, note if note else (f"streaming to pid {pid}" if pid else None), lag, lost)
+
+    def reset_log(self) -> str:
+        # A lost slot cannot stream again: drop it, so that prepare() creates a new one.
+        slot = self.config.slot
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                            " WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
+                cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                            (slot,))
+                dropped = cur.rowcount > 0
+        except psycopg2.Error as e:
+            raise SourceError(f"cannot drop the lost slot {slot} of source {self.config.name}: {_first_line(e)}") from e
+        finally:
+            conn.close()
+        return f"dropped the lost replication slot {slot}" if dropped else f"replication slot {slot} is gone"
 
     def unpublish(self, schema: str, table: str) -> str:
         publication = self.config.publication

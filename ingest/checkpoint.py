@@ -23,6 +23,7 @@ from htap.errors import PoisonError
 from htap.seq import SeqCodec
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
+from htap.observe import CHECKPOINT_SECONDS
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 
@@ -39,6 +40,10 @@ class Checkpointer:
     def checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
         """Make everything the applier holds durable (call between transactions); returns the
         new durable position."""
+        with CHECKPOINT_SECONDS.labels(self.source).time():
+            return self._checkpoint(applier, stream)
+
+    def _checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
         safe = applier.safe_seq
         changes = applier.buffered
         parts, truncations, failures = applier.drain()

@@ -112,9 +112,10 @@ class MySQLSource(ChangeSource):
         idx, pos = binlog_parts(position)
         if idx < files[0][0]:
             return Retention("binlog", None, None, "purged", format_binlog(position),
-                             "the binlog at the replica's position was purged: add the tables again")
+                             "the binlog at the replica's position was purged: add the tables again",
+                             lost="the binlog at the replica's position was purged")
         behind = sum(size - (pos if i == idx else 0) for i, size in files if i >= idx)
-        return Retention("binlog", max(behind, 0), None, None, format_binlog(position), note)
+        return Retention("binlog", max(behind, 0), None, None, format_binlog(position), note, lag_bytes=max(behind, 0))
 
     def drop(self) -> list[str]:
         return [
