@@ -29,6 +29,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -38,6 +39,7 @@ from htap.conf import HtapConfig, SourceConfig
 from htap.connectors.registry import open_queryable
 from htap.errors import HtapError, NoSuchTableError
 from htap.pushdown.replica_reader import read_plan
+from htap.replica.leases import kept
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import STATE_UNHEALTHY, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
@@ -492,15 +494,18 @@ def verify_data(cfg: HtapConfig, tables: list[str] | None = None, opts: DataOpti
         with ExportedSnapshot(source) as snap:
             verifier = DataVerifier(cfg, source, snap, opts)
             try:
-                for check in checks:
-                    try:
-                        verifier.prepare(store, check)
-                    except HtapError as e:
-                        check.error = str(e)
-                work = [(c, r) for c in checks if c.error is None for r in c.ranges]
-                workers = max(1, min(opts.parallelism, snap.max_connections or opts.parallelism))
-                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as pool:
-                    outcomes = list(pool.map(lambda cr: (cr[0], verifier.check_range(*cr)), work))
+                with ExitStack() as leases:  # each table's lease renewed until the comparison ends
+                    for check in checks:
+                        try:
+                            verifier.prepare(store, check)
+                        except HtapError as e:
+                            check.error = str(e)
+                        if check.pin_id is not None:
+                            leases.enter_context(kept(str(cfg.metadata), check.pin_id, cfg.pin_ttl_s))
+                    work = [(c, r) for c in checks if c.error is None for r in c.ranges]
+                    workers = max(1, min(opts.parallelism, snap.max_connections or opts.parallelism))
+                    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as pool:
+                        outcomes = list(pool.map(lambda cr: (cr[0], verifier.check_range(*cr)), work))
                 for check, outcome in outcomes:
                     check.outcomes.append(outcome)
             finally:
