@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from htap.app.status import source_statuses, table_statuses
 from htap.catalog.properties import set_property
-from htap.conf import load_config, parse_config, remove_source, render_config, resolve_config_path
+from htap.conf import SOURCE_KINDS, load_config, parse_config, remove_source, render_config, resolve_config_path
 from htap.connectors.registry import open_source
 from htap.connectors.tables import OVERRIDE_TYPES, apply_overrides, keep_overrides, parse_overrides
 from htap.errors import ConfigError, HtapError, SourceError, TableError
@@ -39,10 +39,7 @@ def cmd_init(args) -> int:
     path = resolve_config_path(args.config)
     if path.exists() and not args.force:
         raise ConfigError(f"{path} already exists; use --force to overwrite it, or --config for another file")
-    dsn = args.dsn
-    if args.kind == "debezium" and not dsn.startswith("kafka://"):
-        dsn = str(Path(dsn).resolve())  # a file or folder of events, named from where the command runs
-    text = render_config(args.source, dsn, args.warehouse, kind=args.kind)
+    text = render_config(args.source, args.dsn, args.warehouse, kind=args.kind)
     cfg = parse_config(tomllib.loads(text), path)
     open_source(cfg.source(args.source)).check()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,6 +170,7 @@ def cmd_failover(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from htap.ingest.health import ServiceState
     from htap.ingest.service import serve  # loads DuckDB and the source drivers
 
     cfg = _config(args)
@@ -184,8 +182,19 @@ def cmd_serve(args) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    state = ServiceState()
+    metrics = None
+    if cfg.service.metrics_endpoint is not None:
+        from htap.app.metrics import MetricsServer
+
+        metrics = MetricsServer(cfg, state)  # fails before anything starts when the address is taken
+        log.info("metrics on %s/metrics, health on %s/health", metrics.url, metrics.url)
     log.info("serving %d source(s) from %s", len(cfg.sources), cfg.path)
-    serve(cfg, stop)
+    try:
+        serve(cfg, stop, state=state)
+    finally:
+        if metrics is not None:
+            metrics.close()
     log.info("stopped")
     return 0
 
@@ -253,7 +262,7 @@ def cmd_verify_data(args) -> int:
     (out / "data.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     suites = write_validations(report, out / "expectations")
     snap = report["snapshot"]
-    print(f"snapshot: source {snap['source_snapshot']} = replica seq {snap['seq']} ({snap['seq_lsn']})")
+    print(f"snapshot: source {snap['source_snapshot']} = replica seq {snap['seq']} ({snap['seq_position']})")
     for t in report["tables"]:
         if t["error"]:
             status = f"ERROR {t['error']}"
@@ -304,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the source: a libpq connection string (postgres), mysql://user:password@host:port/database (mysql),"
         " or a file/folder of events or kafka://host:port/<topic prefix> (debezium)",
     )
-    s.add_argument("--kind", default="postgres", choices=("postgres", "mysql", "debezium"), help="source kind (default: postgres)")
+    s.add_argument("--kind", default="postgres", choices=SOURCE_KINDS, help="source kind (default: postgres)")
     s.add_argument("--source", default="main", help="name of the source (default: main)")
     s.add_argument("--warehouse", default="warehouse", help="folder for deltas, relative to the config")
     s.add_argument("--force", action="store_true", help="overwrite an existing config file")

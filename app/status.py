@@ -17,7 +17,7 @@ from htap.replica.metadata import MetadataStore
 from htap.replica.models import STATE_FAILED, STATE_UNHEALTHY, TableInfo
 from htap.replica.snapshot import pin_and_plan
 from htap.rewrite.subplan import Aggregate, PushedSubplan
-from htap.seq import format_seq
+from htap.seq import PLAIN
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def table_statuses(cfg: HtapConfig) -> list[TableStatus]:
     try:
         out = []
         now = time.time()
-        kinds = {name: s.kind for name, s in cfg.sources.items()}
+        codecs = {name: s.codec for name, s in cfg.sources.items()}
         for t in store.list_tables():
             n, versions, size = store.delta_stats(t.id)
             out.append(
@@ -70,7 +70,7 @@ def table_statuses(cfg: HtapConfig) -> list[TableStatus]:
                     row_versions=versions,
                     bytes=size,
                     max_safe_seq=t.max_safe_seq,
-                    max_safe_position=format_seq(kinds.get(t.source, ""), t.max_safe_seq),
+                    max_safe_position=codecs.get(t.source, PLAIN).format(t.max_safe_seq),
                     delay_s=None if t.max_safe_time is None else round(max(0.0, now - t.max_safe_time), 3),
                     failover=t.failover,
                     last_route=next((f"{s.route}: {s.reason}" for s in store.recent_scans(t.id, 1)), None),
@@ -137,7 +137,7 @@ def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
             except HtapError as e:
                 retention, text = None, f"retention unknown: {e}"
             out.append(SourceStatus(
-                source=name, kind=src.kind, position=position, position_text=format_seq(src.kind, position),
+                source=name, kind=src.kind, position=position, position_text=src.codec.format(position),
                 lag_s=None if at is None else round(max(0.0, now - at), 3), tables=len(tables),
                 unhealthy=sum(t.state == STATE_UNHEALTHY for t in tables),
                 failed=sum(t.state == STATE_FAILED for t in tables),

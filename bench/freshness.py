@@ -1,6 +1,6 @@
 """Freshness and ingest benchmark (issue 4).
 
-  python -m bench.freshness [--rate 2000] [--seconds 60] [--scale 10]
+  python -m bench.freshness [--rate 2000] [--seconds 60] [--scale 10] [--idle-seconds 300]
 
 Runs pgbench (TPC-B) at a fixed rate against a Postgres database of its own while `htap serve`
 replicates the pgbench tables, and reports:
@@ -8,9 +8,12 @@ replicates the pgbench tables, and reports:
   sampled by noting the source's WAL position every 50 ms and when the replica's max safe seq
   passes it;
 - the sustained change rate the replica absorbed during the run;
+- idle lag: right after the pgbench run, with nothing committing, p50/p99 of how long the max
+  safe seq takes to pass the source's `pg_current_wal_lsn()` sampled every 50 ms for
+  `--idle-seconds` (background WAL such as autovacuum and standby snapshots keeps moving it);
 - ingest throughput: one bulk transaction updating every account row, and the row changes per
   second until the replica has it.
-Targets: p50 < 1 s and p99 < 3 s at 2,000 transactions/s; >= 20k row changes/s.
+Targets: p50 < 1 s and p99 < 3 s at 2,000 transactions/s; >= 20k row changes/s; idle lag p99 < 2 s.
 """
 
 from __future__ import annotations
@@ -45,6 +48,27 @@ def pgbench() -> str:
     return found
 
 
+def sample_lag(cur, safe, seconds: float, every_s: float = 0.05) -> list[float]:
+    """For `seconds`, note the source's WAL position every `every_s` and, per note, how long
+    until the replica's max safe seq passes it (reading the position writes no WAL). Notes still
+    pending at the end wait for the safe seq, up to 60 s more."""
+    pending: list[tuple[float, int]] = []
+    lags: list[float] = []
+    end = time.time() + seconds
+    while time.time() < end or (pending and time.time() < end + 60):
+        now = time.time()
+        if now < end:
+            cur.execute("SELECT pg_current_wal_lsn()")
+            pending.append((now, lsn_to_int(cur.fetchone()[0])))
+        s = safe()
+        now = time.time()
+        while pending and pending[0][1] - 1 <= s:
+            lags.append(now - pending.pop(0)[0])
+        time.sleep(every_s)
+    lags += [time.time() - t0 for t0, _ in pending]  # never passed: counted as what they waited
+    return lags
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
@@ -53,6 +77,8 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=int, default=2000, help="pgbench transactions per second")
     p.add_argument("--seconds", type=int, default=60)
     p.add_argument("--scale", type=int, default=10, help="pgbench scale (100k accounts each)")
+    p.add_argument("--idle-seconds", type=float, default=300.0,
+                   help="idle period after the pgbench run over which the safe seq's lag is measured (0 skips)")
     p.add_argument("--json", default="bench/results/freshness.json")
     args = p.parse_args(argv)
     base = f"host={args.host} port={args.port} user={args.user}"
@@ -123,6 +149,13 @@ def main(argv=None) -> int:
         }
         progress(f"pgbench done: {tps} tps; freshness p50 {results['freshness']['p50_s']:.3f} s, p99 {results['freshness']['p99_s']:.3f} s")
 
+        if args.idle_seconds > 0:
+            progress(f"idle for {args.idle_seconds:.0f} s: measuring how far the safe seq lags the source's position")
+            lags = sample_lag(scur, safe, args.idle_seconds)
+            results["idle"] = {"seconds": args.idle_seconds, "p50_s": float(np.percentile(lags, 50)),
+                               "p99_s": float(np.percentile(lags, 99)), "max_s": float(max(lags)), "samples": len(lags)}
+            progress(f"idle lag p50 {results['idle']['p50_s']:.3f} s, p99 {results['idle']['p99_s']:.3f} s")
+
         n = args.scale * 100_000
         before = safe()
         t0 = time.time()
@@ -153,6 +186,10 @@ def main(argv=None) -> int:
     print(f"{'pgbench tps achieved':<44} {f['pgbench_tps'] or 0:>12.0f}")
     print(f"{'row changes/s absorbed during the run':<44} {f['row_changes_per_s']:>12,.0f}")
     print(f"{'ingest: bulk row changes/s (one process)':<44} {i['row_changes_per_s']:>12,.0f} {'>= 20k':>10}")
+    if "idle" in results:
+        d = results["idle"]
+        print(f"{'idle: safe-seq lag p50 (s) over ' + format(d['seconds'], '.0f') + ' s':<44} {d['p50_s']:>12.3f}")
+        print(f"{'idle: safe-seq lag p99 (s)':<44} {d['p99_s']:>12.3f} {'< 2':>10}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2))
     print(f"\nwrote {args.json}")

@@ -16,8 +16,11 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from htap.conf.service import ServiceConfig, parse_service, render_service
 from htap.errors import ConfigError
+from htap.seq import BINLOG, LSN, PLAIN, SeqCodec
 
 CONFIG_ENV = "HTAP_CONFIG"
 DEFAULT_CONFIG_FILE = "htap.toml"
@@ -30,23 +33,30 @@ REPLICA_KEYS: dict[str, tuple[object, str]] = {
     "flush_max_changes": (200_000, "buffered changes that force a checkpoint before the interval"),
     "partition_rows": (1_000_000, "target rows per range partition, chosen at the initial copy"),
     "window_s": (36_000.0, "queryable window: how far back (seconds) reads and time travel can go"),
-    "pin_ttl_s": (3_600.0, "how long a query's snapshot pin keeps compacted-away deltas on disk"),
+    "pin_ttl_s": (60.0, "how long a query's snapshot lease keeps compacted-away deltas on disk after its tasks last renewed it"),
     "compaction_interval_s": (5.0, "seconds between compaction passes of the service (0 disables)"),
     "compaction_min_bytes": (4 << 20, "size limit of the smallest compaction tier"),
     "compaction_ratio": (4.0, "growth of the size limit from one tier to the next"),
     "max_deltas": (12, "deltas per partition above which all of them are merged"),
 }
-SOURCE_KEYS: dict[str, tuple[object, str]] = {
+POSTGRES_KEYS: dict[str, tuple[object, str]] = {
     "kind": ("postgres", "source kind: postgres, mysql (also MariaDB) or debezium"),
-    "dsn": ("", "postgres: libpq connection string; mysql: mysql://user:password@host:port/database"),
+    "dsn": ("", "postgres: libpq connection string"),
     "slot": ("", "postgres: logical replication slot name; default htap_<source>"),
     "publication": ("", "postgres: publication name; default htap_<source>"),
+}
+MYSQL_KEYS: dict[str, tuple[object, str]] = {
+    "kind": ("postgres", "source kind: postgres, mysql (also MariaDB) or debezium"),
+    "dsn": ("", "mysql: mysql://user:password@host:port/database"),
     "host": ("127.0.0.1", "mysql: server host (overrides the dsn's)"),
     "port": (3306, "mysql: server port (overrides the dsn's)"),
     "user": ("", "mysql: user with REPLICATION SLAVE, REPLICATION CLIENT and SELECT (overrides the dsn's)"),
     "password": ("", "mysql: password (overrides the dsn's)"),
     "database": ("", "mysql: default database of the connection (overrides the dsn's)"),
     "server_id": (0, "mysql: server id of the binlog client, unique among the server's replicas; default derived from the source name"),
+}
+DEBEZIUM_KEYS: dict[str, tuple[object, str]] = {
+    "kind": ("postgres", "source kind: postgres, mysql (also MariaDB) or debezium"),
     "path": ("", "debezium: a JSON-lines file or a folder of them holding Debezium events (relative to the config file)"),
     "bootstrap_servers": ("", "debezium: Kafka bootstrap servers, host:port[,host:port...]"),
     "topic_prefix": ("", "debezium: the connector's topic.prefix; data topics are <prefix>.<schema>.<table>"),
@@ -54,15 +64,9 @@ SOURCE_KEYS: dict[str, tuple[object, str]] = {
     "group_id": ("", "debezium: Kafka consumer group; default htap_<source>"),
     "unavailable_value_placeholder": ("__debezium_unavailable_value", "debezium: the connector's unavailable.value.placeholder"),
     "session_timeout_ms": (10_000, "debezium: Kafka consumer-group session timeout; joining the group takes about half of it"),
+    "source_dsn": ("", "debezium: the origin database (a libpq connection string or mysql://...), for failover reads and verification"),
 }
-SOURCE_KINDS = ("postgres", "mysql", "debezium")
-# Which keys apply to which kind (a key of another kind is an error naming it).
-KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "postgres": ("kind", "dsn", "slot", "publication"),
-    "mysql": ("kind", "dsn", "host", "port", "user", "password", "database", "server_id"),
-    "debezium": ("kind", "path", "bootstrap_servers", "topic_prefix", "topics", "group_id", "unavailable_value_placeholder",
-                 "session_timeout_ms"),
-}
+SOURCE_KEYS: dict[str, tuple[object, str]] = {**DEBEZIUM_KEYS, **MYSQL_KEYS, **POSTGRES_KEYS}
 
 
 def is_postgres_location(location: str | os.PathLike) -> bool:
@@ -72,19 +76,82 @@ def is_postgres_location(location: str | os.PathLike) -> bool:
 
 @dataclass(frozen=True)
 class SourceConfig:
+    """A configured source; one subclass per kind (CONFIG_CLASSES), each parsing its own keys."""
+
     name: str
-    kind: str
-    dsn: str
-    slot: str
-    publication: str
-    # mysql
+    kind: ClassVar[str] = ""
+    KEYS: ClassVar[dict[str, tuple[object, str]]] = {}
+
+    @property
+    def codec(self) -> SeqCodec:
+        """How this source spells its seqs (status, failure messages, `VERSION AS OF`)."""
+        return PLAIN
+
+    @property
+    def origin(self) -> "SourceConfig | None":
+        """The database failover reads and verification query (itself for a database source;
+        for a Debezium source, its `source_dsn` if configured)."""
+        return self
+
+    @classmethod
+    def parse(cls, name: str, sraw: dict, path: Path) -> "SourceConfig":
+        raise NotImplementedError
+
+    @classmethod
+    def init_keys(cls, dsn: str) -> dict[str, str]:
+        """The keys `htap init` writes for the connection string a user gave."""
+        return {"dsn": dsn}
+
+
+@dataclass(frozen=True)
+class PostgresConfig(SourceConfig):
+    kind: ClassVar[str] = "postgres"
+    KEYS: ClassVar[dict[str, tuple[object, str]]] = POSTGRES_KEYS
+    dsn: str = ""
+    slot: str = ""
+    publication: str = ""
+
+    @property
+    def codec(self) -> SeqCodec:
+        return LSN
+
+    @classmethod
+    def parse(cls, name: str, sraw: dict, path: Path) -> "PostgresConfig":
+        if not sraw.get("dsn"):
+            raise ConfigError(f"{path}: sources.{name}.dsn is required (a libpq connection string)")
+        return cls(
+            name=name,
+            dsn=sraw["dsn"],
+            slot=sraw.get("slot") or f"htap_{name}",
+            publication=sraw.get("publication") or f"htap_{name}",
+        )
+
+
+@dataclass(frozen=True)
+class MySQLConfig(SourceConfig):
+    kind: ClassVar[str] = "mysql"
+    KEYS: ClassVar[dict[str, tuple[object, str]]] = MYSQL_KEYS
+    dsn: str = ""
     host: str = "127.0.0.1"
     port: int = 3306
     user: str = ""
     password: str = ""
     database: str = ""
     server_id: int = 0
-    # debezium
+
+    @property
+    def codec(self) -> SeqCodec:
+        return BINLOG
+
+    @classmethod
+    def parse(cls, name: str, sraw: dict, path: Path) -> "MySQLConfig":
+        return _mysql_source(name, sraw, path)
+
+
+@dataclass(frozen=True)
+class DebeziumConfig(SourceConfig):
+    kind: ClassVar[str] = "debezium"
+    KEYS: ClassVar[dict[str, tuple[object, str]]] = DEBEZIUM_KEYS
     path: str = ""
     bootstrap_servers: str = ""
     topic_prefix: str = ""
@@ -92,6 +159,47 @@ class SourceConfig:
     group_id: str = ""
     unavailable_value_placeholder: str = "__debezium_unavailable_value"
     session_timeout_ms: int = 10_000
+    source_dsn: str = ""
+
+    @property
+    def codec(self) -> SeqCodec:
+        # Debezium events carry the origin's own positions (htap.connectors.debezium.positions).
+        return self.origin.codec if self.origin is not None else PLAIN
+
+    @property
+    def origin(self) -> SourceConfig | None:
+        if not self.source_dsn:
+            return None
+        return origin_config(self.name, self.source_dsn, Path(f"sources.{self.name}.source_dsn"))
+
+    @classmethod
+    def init_keys(cls, dsn: str) -> dict[str, str]:
+        """kafka://host:port[,host:port]/<topic prefix>, or a file or folder of events (resolved
+        from where the command runs)."""
+        if dsn.startswith("kafka://"):
+            servers, _, prefix = dsn[len("kafka://"):].partition("/")
+            return {"bootstrap_servers": servers, "topic_prefix": prefix}
+        return {"path": dsn if dsn.startswith("/") else str(Path(dsn).resolve())}
+
+    @classmethod
+    def parse(cls, name: str, sraw: dict, path: Path) -> "DebeziumConfig":
+        cfg = _debezium_source(name, sraw, path)
+        if cfg.source_dsn:
+            origin_config(name, cfg.source_dsn, path)  # fails now, naming the key, rather than at failover
+        return cfg
+
+
+CONFIG_CLASSES: dict[str, type[SourceConfig]] = {c.kind: c for c in (PostgresConfig, MySQLConfig, DebeziumConfig)}
+SOURCE_KINDS = tuple(CONFIG_CLASSES)
+KIND_KEYS: dict[str, tuple[str, ...]] = {kind: tuple(c.KEYS) for kind, c in CONFIG_CLASSES.items()}
+
+
+def origin_config(name: str, dsn: str, path: Path) -> SourceConfig:
+    """A Debezium source's origin database from its `source_dsn`: mysql:// (or mariadb://) is
+    MySQL/MariaDB, anything else a libpq connection string."""
+    if dsn.startswith(("mysql://", "mariadb://")):
+        return MySQLConfig.parse(name, {"dsn": dsn}, path)
+    return PostgresConfig.parse(name, {"dsn": dsn}, path)
 
 
 @dataclass(frozen=True)
@@ -103,12 +211,13 @@ class HtapConfig:
     flush_max_changes: int
     partition_rows: int = 1_000_000
     window_s: float = 36_000.0
-    pin_ttl_s: float = 3_600.0
+    pin_ttl_s: float = 60.0
     compaction_interval_s: float = 5.0
     compaction_min_bytes: int = 4 << 20
     compaction_ratio: float = 4.0
     max_deltas: int = 12
     sources: dict[str, SourceConfig] = field(default_factory=dict)
+    service: ServiceConfig = ServiceConfig()  # [service]: metrics, health, source watching
 
     def source(self, name: str | None = None) -> SourceConfig:
         """The named source, or the only one when no name is given."""
@@ -147,7 +256,7 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 
 
 def parse_config(raw: dict, path: Path) -> HtapConfig:
-    _check_keys(raw, {"replica", "sources"}, path, "")
+    _check_keys(raw, {"replica", "sources", "service"}, path, "")
     for section in ("replica", "sources"):
         if not isinstance(raw.get(section, {}), dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
@@ -172,33 +281,21 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
             raise ConfigError(f"{path}: [sources.{name}] must be a table")
         _check_keys(sraw, set(SOURCE_KEYS), path, f"sources.{name}.")
         kind = sraw.get("kind", "postgres")
-        if kind not in SOURCE_KINDS:
+        if kind not in CONFIG_CLASSES:
             raise ConfigError(f"{path}: sources.{name}.kind = {kind!r} is not supported; use one of {SOURCE_KINDS}")
+        config_class = CONFIG_CLASSES[kind]
         for key in sraw:
-            if key not in KIND_KEYS[kind]:
+            if key not in config_class.KEYS:
                 raise ConfigError(
-                    f"{path}: sources.{name}.{key} does not apply to kind {kind!r}; its keys: {', '.join(KIND_KEYS[kind])}"
+                    f"{path}: sources.{name}.{key} does not apply to kind {kind!r}; its keys: {', '.join(config_class.KEYS)}"
                 )
-        if kind == "mysql":
-            sources[name] = _mysql_source(name, sraw, path)
-            continue
-        if kind == "debezium":
-            sources[name] = _debezium_source(name, sraw, path)
-            continue
-        if not sraw.get("dsn"):
-            raise ConfigError(f"{path}: sources.{name}.dsn is required (a libpq connection string)")
-        sources[name] = SourceConfig(
-            name=name,
-            kind=kind,
-            dsn=sraw["dsn"],
-            slot=sraw.get("slot") or f"htap_{name}",
-            publication=sraw.get("publication") or f"htap_{name}",
-        )
+        sources[name] = config_class.parse(name, sraw, path)
     return HtapConfig(
         path=path,
         warehouse=warehouse,
         metadata=metadata,
         sources=sources,
+        service=parse_service(raw.get("service", {}), path),
         **numbers,
     )
 
@@ -231,7 +328,7 @@ def _replica_number(key: str, value: object, kind: type, path: Path) -> int | fl
     return number
 
 
-def _mysql_source(name: str, sraw: dict, path: Path) -> SourceConfig:
+def _mysql_source(name: str, sraw: dict, path: Path) -> "MySQLConfig":
     """A MySQL/MariaDB source: a mysql:// dsn and/or separate keys (the keys win)."""
     from urllib.parse import unquote, urlsplit
 
@@ -254,8 +351,8 @@ def _mysql_source(name: str, sraw: dict, path: Path) -> SourceConfig:
         }
     values = {}
     for key in ("host", "port", "user", "password", "database", "server_id"):
-        value = sraw.get(key, parts.get(key) or SOURCE_KEYS[key][0])
-        default = SOURCE_KEYS[key][0]
+        value = sraw.get(key, parts.get(key) or MYSQL_KEYS[key][0])
+        default = MYSQL_KEYS[key][0]
         if isinstance(default, int):
             try:
                 value = int(value)
@@ -273,10 +370,10 @@ def _mysql_source(name: str, sraw: dict, path: Path) -> SourceConfig:
 
         # Stable per source name, away from the small ids servers are usually given.
         values["server_id"] = 0x40000000 | (zlib.crc32(name.encode()) & 0x3FFFFFFF)
-    return SourceConfig(name=name, kind="mysql", dsn=dsn, slot="", publication="", **values)
+    return MySQLConfig(name=name, dsn=dsn, **values)
 
 
-def _debezium_source(name: str, sraw: dict, path: Path) -> SourceConfig:
+def _debezium_source(name: str, sraw: dict, path: Path) -> "DebeziumConfig":
     """A Debezium source: events from a file or folder (`path`) or from Kafka (`bootstrap_servers`)."""
     events, servers = sraw.get("path", ""), sraw.get("bootstrap_servers", "")
     if bool(events) == bool(servers):
@@ -289,24 +386,24 @@ def _debezium_source(name: str, sraw: dict, path: Path) -> SourceConfig:
         raise ConfigError(f"{path}: sources.{name}.topics must be a list of topic names")
     if servers and not (sraw.get("topic_prefix") or topics):
         raise ConfigError(f"{path}: sources.{name}.topic_prefix (the connector's topic.prefix) or topics is required with Kafka")
-    return SourceConfig(
+    source_dsn = sraw.get("source_dsn", "")
+    if not isinstance(source_dsn, str):
+        raise ConfigError(f"{path}: sources.{name}.source_dsn must be a connection string, got {source_dsn!r}")
+    return DebeziumConfig(
         name=name,
-        kind="debezium",
-        dsn="",
-        slot="",
-        publication="",
+        source_dsn=source_dsn,
         path=str((path.parent / events).resolve()) if events else "",
         bootstrap_servers=servers,
         topic_prefix=sraw.get("topic_prefix", ""),
         topics=tuple(topics),
         group_id=sraw.get("group_id") or f"htap_{name}",
-        unavailable_value_placeholder=sraw.get("unavailable_value_placeholder", SOURCE_KEYS["unavailable_value_placeholder"][0]),
+        unavailable_value_placeholder=sraw.get("unavailable_value_placeholder", DEBEZIUM_KEYS["unavailable_value_placeholder"][0]),
         session_timeout_ms=_positive_int(sraw, "session_timeout_ms", name, path),
     )
 
 
 def _positive_int(sraw: dict, key: str, name: str, path: Path) -> int:
-    value = sraw.get(key, SOURCE_KEYS[key][0])
+    value = sraw.get(key, DEBEZIUM_KEYS[key][0])
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{path}: sources.{name}.{key} must be a positive integer, got {value!r}")
     return value
@@ -329,16 +426,11 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             lines.append(f"# metadata = \"\"  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
+    lines += render_service()
     lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
-    if kind == "debezium":
-        # dsn: kafka://host:port[,host:port]/<topic prefix>, or a file or folder of events.
-        if dsn.startswith("kafka://"):
-            servers, _, prefix = dsn[len("kafka://"):].partition("/")
-            lines += [f"bootstrap_servers = {_toml_value(servers)}", f"topic_prefix = {_toml_value(prefix)}"]
-        else:
-            lines.append(f"path = {_toml_value(dsn)}")
-    else:
-        lines.append(f"dsn = {_toml_value(dsn)}")
+    if kind not in CONFIG_CLASSES:
+        raise ConfigError(f"kind {kind!r} is not supported; use one of {SOURCE_KINDS}")
+    lines += [f"{key} = {_toml_value(value)}" for key, value in CONFIG_CLASSES[kind].init_keys(dsn).items()]
     return "\n".join(lines) + "\n"
 
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    from htap.connectors.queryable import QueryableSource
+
 from htap.connectors.tables import OVERRIDE_TYPES, Column, SourceTable, override_type
-from htap.errors import PoisonError, TableError
+from htap.errors import PoisonError, SourceError, TableError
 
 
 class _Unset:
@@ -93,6 +96,8 @@ class Retention:
     state: str | None = None  # the source's own word for it (Postgres wal_status: reserved, extended, lost...)
     confirmed: str | None = None  # the position the source was last told is durable, in its notation
     note: str | None = None  # anything the user should know
+    lag_bytes: int | None = None  # log the source wrote after the replica's durable position
+    lost: str | None = None  # why the source no longer holds log the replica needs (None: it does)
 
 
 @dataclass(frozen=True)
@@ -239,12 +244,26 @@ class ChangeSource(ABC):
     def stream(self, from_seq: int, tables: list[SourceTable]) -> ChangeStream:
         """Stream commits with seq > from_seq for (at least) `tables`."""
 
+    def queryable(self) -> "QueryableSource":
+        """The source's read side (failover reads, access checks, snapshots for verification);
+        SourceError saying what to configure when this source cannot be queried."""
+        raise SourceError(f"a {type(self).__name__} cannot be read directly (no failover reads or verification)")
+
     # --- operations ---------------------------------------------------------------------------
 
     def retention(self, position: int | None = None) -> Retention | None:
         """What the source keeps for the replica now, whose durable position is `position`
         (None: nothing to report)."""
         return None
+
+    def reset_log(self) -> str:
+        """The log the replica streamed from is lost (`Retention.lost`): forget it, so that
+        `prepare` starts a new one from which the re-copied tables are followed. Returns what was
+        done, in one line."""
+        raise SourceError(
+            f"source {getattr(getattr(self, 'config', None), 'name', '?')}: the replica's log position is lost and this "
+            f"source kind cannot start a new one: remove its tables and add them again"
+        )
 
     def unpublish(self, schema: str, table: str) -> str:
         """A table stops being an HTAP table: stop logging its changes for the replica. Returns

@@ -14,16 +14,20 @@ import os
 import re
 import select
 import time
+import uuid
 from pathlib import Path
 from typing import Iterator
 
 import psycopg2
 import psycopg2.extras
 import pyarrow as pa
+import sqlglot
 from psycopg2 import sql
+from sqlglot import exp
 
 from htap.conf import SourceConfig
 from htap.connectors import pgcopy, pgoutput
+from htap.connectors.pgheartbeat import Heartbeat
 from htap.connectors.changes import (
     Begin,
     ChangeSource,
@@ -36,9 +40,11 @@ from htap.connectors.changes import (
     RowChange,
     Truncate,
 )
-from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column
+from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column, replica_value_sql
+from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
+from htap.rewrite.subplan import PushedSubplan
 from htap.seq import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
@@ -209,6 +215,7 @@ class PostgresStream(ChangeStream):
         self.relations: dict[int, tuple[str, str]] = {}
         self.in_txn = False
         self.progress = from_seq
+        self.heartbeat = Heartbeat(lambda: connect(source.dsn))
 
     def poll(self, timeout: float) -> Event | None:
         deadline = time.monotonic() + timeout
@@ -216,6 +223,7 @@ class PostgresStream(ChangeStream):
             while True:
                 msg = self.cur.read_message()
                 if msg is not None:
+                    self.heartbeat.heard()
                     event = self._translate(pgoutput.decode(msg.payload))
                     if event is not None:
                         return event
@@ -224,10 +232,13 @@ class PostgresStream(ChangeStream):
                     # The server has sent everything before its sent position (keepalive or data).
                     self.progress = self.cur.wal_end - 1
                     return Progress(self.progress)
+                if not self.in_txn:
+                    self.heartbeat.tick(self.progress, self.request_progress)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                select.select([self.conn], [], [], left)
+                wait = left if self.in_txn else min(left, self.heartbeat.due_in())
+                select.select([self.conn], [], [], max(wait, 0.001))
         except psycopg2.Error as e:
             raise SourceError(stream_failure(self.source.name, self.progress, e)) from e
 
@@ -260,6 +271,7 @@ class PostgresStream(ChangeStream):
         self.cur.send_feedback(reply=True)
 
     def close(self) -> None:
+        self.heartbeat.close()
         self.conn.close()
 
 
@@ -288,7 +300,48 @@ def stream_failure(source: str, position: int, e: psycopg2.Error) -> str:
     return f"the replication stream of source {source} failed: {detail}"
 
 
-class PostgresSource(ChangeSource):
+class PostgresSource(ChangeSource, QueryableSource):
+    dialect = "postgres"
+
+    def queryable(self) -> QueryableSource:
+        return self
+
+    def relation(self, table: SourceTable) -> exp.Expression:
+        """The table's rows as the replica holds them (each column's fate: NaN numerics as NULL,
+        infinite dates as the ends of Spark's range, overridden columns as their replica type)."""
+        types = table.arrow_schema
+        columns = []
+        for c in table.columns:
+            expr = replica_value_sql(c.name, c.source_type, types.field(c.name).type, c.override)
+            columns.append(sqlglot.parse_one(expr, read="postgres").as_(c.name, quoted=True))
+        return exp.select(*columns).from_(super().relation(table)).subquery(exp.to_identifier(table.name, quoted=True))
+
+    def read(self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
+        return read_query(self.config.dsn, self.render(table, subplan), output, snapshot)
+
+    def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
+        return check_select(self.config.dsn, user, table.schema, table.name, columns)
+
+    def server_process(self) -> int | str:
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                backend = cur.fetchone()[0]
+        finally:
+            conn.close()
+        try:
+            cmdline = Path(f"/proc/{backend}/cmdline").read_bytes().decode(errors="replace")
+            stat = Path(f"/proc/{backend}/stat").read_text()
+        except OSError:
+            return "the source runs on another machine (its processes are not in /proc here)"
+        if "postgres" not in cmdline:
+            return "the source runs on another machine (its processes are not in /proc here)"
+        return int(stat.rsplit(")", 1)[1].split()[1])  # the postmaster: the backend's parent
+
+    def export_snapshot(self) -> "PostgresSnapshot":
+        return PostgresSnapshot(self.config)
+
     def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
         # pgoutput delivers values in Postgres' text format.
         if not isinstance(values, pa.Array):
@@ -350,24 +403,52 @@ class PostgresSource(ChangeSource):
         try:
             with conn.cursor() as cur:
                 cur.execute(
-                    "SELECT active, active_pid, wal_status, confirmed_flush_lsn::text,"
-                    " pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint"
-                    " FROM pg_replication_slots WHERE slot_name = %s",
+                    "SELECT pg_current_wal_lsn()::text, s.slot_name IS NOT NULL, s.active, s.active_pid, s.wal_status,"
+                    " s.confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint"
+                    " FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = %s",
                     (slot,),
                 )
-                row = cur.fetchone()
+                current, exists, active, pid, wal_status, confirmed, retained = cur.fetchone()
+        except psycopg2.Error as e:
+            raise SourceError(f"cannot read the slot {slot} of source {self.config.name}: {_first_line(e)}") from e
         finally:
             conn.close()
-        if row is None:
-            return Retention(f"slot {slot}", note="no slot yet (`htap serve` creates it)")
-        active, pid, wal_status, confirmed, retained = row
-        note = None
+        # Everything committed so far is seq current - 1 (see PostgresStream.poll's progress).
+        lag = None if position is None else max(0, lsn_to_int(current) - 1 - position)
+        if not exists:
+            if position is None:
+                return Retention(f"slot {slot}", note="no slot yet (`htap serve` creates it)")
+            lost = (f"replication slot {slot} does not exist any more (dropped?), but the replica streamed from it up "
+                    f"to {int_to_lsn(position)}: the changes since then are in no slot")
+            return Retention(f"slot {slot}", state="missing", note=lost, lag_bytes=lag, lost=lost)
+        note = lost = None
         if wal_status == "lost":
-            note = "the server removed WAL the slot still needed: drop the source and add its tables again"
+            note = lost = (f"replication slot {slot} was invalidated (wal_status lost): the server removed WAL the "
+                           f"replica still needed (it kept more than max_slot_wal_keep_size)")
+        elif wal_status == "unreserved":
+            note = ("the slot keeps more WAL than max_slot_wal_keep_size: the server removes it at its next "
+                    "checkpoint unless the replica catches up (then its tables are copied again)")
         elif not active:
             note = "no replica is connected: the slot keeps WAL until `htap serve` runs again or `htap sources drop`"
         return Retention(f"slot {slot}", int(retained) if retained is not None else None, bool(active), wal_status,
-                         confirmed, note if note else (f"streaming to pid {pid}" if pid else None))
+                         confirmed, note if note else (f"streaming to pid {pid}" if pid else None), lag, lost)
+
+    def reset_log(self) -> str:
+        # A lost slot cannot stream again: drop it, so that prepare() creates a new one.
+        slot = self.config.slot
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                            " WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
+                cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                            (slot,))
+                dropped = cur.rowcount > 0
+        except psycopg2.Error as e:
+            raise SourceError(f"cannot drop the lost slot {slot} of source {self.config.name}: {_first_line(e)}") from e
+        finally:
+            conn.close()
+        return f"dropped the lost replication slot {slot}" if dropped else f"replication slot {slot} is gone"
 
     def unpublish(self, schema: str, table: str) -> str:
         publication = self.config.publication
@@ -464,3 +545,51 @@ def read_query(dsn: str, query: str, output: pa.Schema, snapshot: str | None = N
     """Run a query on the source (at an exported snapshot if given) and stream it as Arrow
     batches of `output`'s types (binary COPY through ADBC; see `htap.connectors.pgcopy`)."""
     return pgcopy.read_arrow(dsn, query, output, snapshot)
+
+
+class PostgresSnapshot(SourceSnapshot):
+    """One snapshot shared by the source and the replica, exactly.
+
+    A replication connection creates a temporary logical slot that exports its snapshot:
+    `CREATE_REPLICATION_SLOT ... TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')` returns a
+    consistent point C and a snapshot name. A transaction that runs `SET TRANSACTION SNAPSHOT` on
+    that name sees exactly the commits before C, which is the replica's state at seq C-1 (seq =
+    commit LSN; the initial copy relies on the same fact). The exported snapshot lives only while
+    the replication connection stays open and idle, so it is held open until closed.
+    """
+
+    def __init__(self, source: SourceConfig):
+        self.source = source
+        self.conn = connect(source.dsn, replication=True)
+        slot = f"htap_verify_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        try:
+            cur = self.conn.cursor()
+            cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" TEMPORARY LOGICAL pgoutput (SNAPSHOT \'export\')')
+            _slot, point, name, _plugin = cur.fetchone()
+        except psycopg2.Error as e:
+            self.conn.close()
+            raise SourceError(f"cannot export a snapshot of source {source.name} (a temporary replication slot): {e}") from e
+        self.slot = slot
+        self.name: str = name  # for SET TRANSACTION SNAPSHOT
+        self.lsn: str = point  # the consistent point C
+        self.seq: int = lsn_to_int(point) - 1  # the replica seq whose state equals the snapshot
+        self.position = int_to_lsn(self.seq)
+
+    def close(self) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "consistent_point": self.lsn}
+
+    def open_transaction(self):
+        conn = connect(self.source.dsn)
+        try:
+            conn.autocommit = False
+            with conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                cur.execute("SET TRANSACTION SNAPSHOT %s", (self.name,))
+        except psycopg2.Error as e:
+            conn.close()
+            raise SourceError(f"cannot import snapshot {self.name} on source {self.source.name}: {e}") from e
+        return conn

@@ -10,6 +10,10 @@ The one place these codecs live; connectors, readers, status and the verifier us
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Callable
+
 from htap.errors import ConfigError, SourceError
 
 _LOW32 = 0xFFFFFFFF
@@ -49,15 +53,52 @@ def format_binlog(seq: int) -> str:
     return f"binlog file #{idx} position {pos}"
 
 
-def format_seq(kind: str, seq: int | None) -> str | None:
-    """A seq the way its source kind spells positions (Postgres LSN, MySQL binlog file and position)."""
-    if seq is None:
-        return None
-    if kind == "postgres":
-        return int_to_lsn(seq)
-    if kind == "mysql":
-        return format_binlog(seq)
-    return str(seq)
+@dataclass(frozen=True)
+class SeqCodec:
+    """How one kind of source spells its positions: `format` for people, `parse` for what they type.
+
+    Which codec a source uses is its config's business (`SourceConfig.codec`), so nothing here
+    branches on a source kind."""
+
+    name: str
+    _format: Callable[[int], str]
+    _parse: Callable[[str], int]
+    example: str
+
+    def format(self, seq: int | None) -> str | None:
+        return None if seq is None else self._format(seq)
+
+    def parse(self, text: str) -> int:
+        text = text.strip().strip("'")
+        try:
+            return int(text) if re.fullmatch(r"-?\d+", text) else self._parse(text)
+        except (ValueError, IndexError, SourceError) as e:
+            raise ConfigError(f"position {text!r}: give a seq (an integer) or {self.example}") from e
+
+
+def parse_binlog(text: str) -> int:
+    """'binlog file #42 position 4' or 'mysql-bin.000042:4' -> seq."""
+    m = re.fullmatch(r"binlog file #(\d+) position (\d+)", text)
+    if m:
+        return (int(m.group(1)) << 32) | int(m.group(2))
+    name, _, pos = text.rpartition(":")
+    if not name:
+        raise ValueError(text)
+    return binlog_seq(name, int(pos))
+
+
+def _no_notation(text: str) -> int:
+    raise ValueError(text)
+
+
+LSN = SeqCodec("lsn", int_to_lsn, lsn_to_int, "a Postgres LSN like 0/16B3748")
+BINLOG = SeqCodec("binlog", format_binlog, parse_binlog, "a binlog position like mysql-bin.000042:4")
+PLAIN = SeqCodec("seq", str, _no_notation, "nothing else")
+
+
+def format_seq(codec: SeqCodec, seq: int | None) -> str | None:
+    """A seq the way its source spells positions (Postgres LSN, MySQL binlog file and position)."""
+    return codec.format(seq)
 
 
 def parse_seq(text: str) -> int:

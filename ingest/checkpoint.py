@@ -20,8 +20,10 @@ from pathlib import Path
 
 from htap.connectors.changes import DECODE_ERRORS, ChangeStream
 from htap.errors import PoisonError
+from htap.seq import SeqCodec
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
+from htap.observe import CHECKPOINT_SECONDS
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 
@@ -29,15 +31,19 @@ log = logging.getLogger(__name__)
 
 
 class Checkpointer:
-    def __init__(self, warehouse: Path, store: MetadataStore, source: str, kind: str = ""):
+    def __init__(self, warehouse: Path, store: MetadataStore, source: str, codec: SeqCodec | None = None):
         self.warehouse = warehouse
         self.store = store
         self.source = source
-        self.kind = kind
+        self.codec = codec
 
     def checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
         """Make everything the applier holds durable (call between transactions); returns the
         new durable position."""
+        with CHECKPOINT_SECONDS.labels(self.source).time():
+            return self._checkpoint(applier, stream)
+
+    def _checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
         safe = applier.safe_seq
         changes = applier.buffered
         parts, truncations, failures = applier.drain()
@@ -57,7 +63,7 @@ class Checkpointer:
         deltas = [d for d in deltas if d.table_id not in failed_ids]
         truncations = [(t, s) for t, s in truncations if t not in failed_ids]
         messages = [
-            (f.table.id, failure_message(self.source, self.kind, f.table, f.error, f.seq, "the change stream"))
+            (f.table.id, failure_message(self.source, self.codec, f.table, f.error, f.seq, "the change stream"))
             for f in failures
         ]
         orphans = self.store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations, messages)

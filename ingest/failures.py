@@ -13,15 +13,15 @@ import logging
 from htap.connectors.tables import OVERRIDE_TYPES
 from htap.errors import HtapError, PoisonError
 from htap.replica.models import TableInfo
-from htap.seq import format_seq
+from htap.seq import PLAIN, SeqCodec
 
 log = logging.getLogger(__name__)
 
 
-def failure_message(source: str, kind: str, table: TableInfo, error: HtapError, seq: int | None, during: str) -> str:
+def failure_message(source: str, codec: SeqCodec, table: TableInfo, error: HtapError, seq: int | None, during: str) -> str:
     """`during`: "the change stream" or "the initial copy"."""
     name = table.qualified_name
-    at = f" at seq {format_seq(kind, seq)}" if seq is not None else ""
+    at = f" at seq {(codec or PLAIN).format(seq)}" if seq is not None else ""
     head = f"source {source}, table {name}: {during}{at}: {error}"
     if isinstance(error, PoisonError) and error.column:
         fix = (

@@ -32,6 +32,17 @@ from htap.errors import HtapError, PoisonError, SourceError, TableError
 from htap.ingest.applier import Action, Failed, FollowSchema, Recopy, TransactionApplier
 from htap.ingest.checkpoint import Checkpointer
 from htap.ingest.failures import failure_message, log_failure
+from htap.ingest.health import (
+    PHASE_COPYING,
+    PHASE_RECOVERING,
+    PHASE_RETRYING,
+    PHASE_STARTING,
+    PHASE_STOPPED,
+    PHASE_STREAMING,
+    ServiceState,
+    watch_sources,
+)
+from htap.observe import COPY_SECONDS
 from htap.replica.compaction import compaction_loop
 from htap.replica.deltas import write_delta
 from htap.replica.metadata import MetadataStore
@@ -44,6 +55,7 @@ from htap.replica.models import (
     STATE_FAILED,
     STATE_PENDING,
     STATE_STREAMING,
+    STATE_UNHEALTHY,
     TableInfo,
     encode_schema,
 )
@@ -58,25 +70,57 @@ SCHEMA_CHECK_S = 5.0  # eager detection of changes the change stream does not sh
 class SourceIngest:
     """Copy and stream one source into the replica until `stop` is set."""
 
-    def __init__(self, cfg: HtapConfig, source: SourceConfig, stop: threading.Event):
+    def __init__(self, cfg: HtapConfig, source: SourceConfig, stop: threading.Event, state: ServiceState | None = None):
         self.cfg = cfg
         self.config = source
         self.source: ChangeSource = open_source(source)
         self.stop = stop
         self.store = MetadataStore(cfg.metadata)
+        self.state = state if state is not None else ServiceState()
 
     def run(self) -> None:
+        self.state.phase(self.config.name, PHASE_STARTING, "checking the source")
         self.source.check()
+        self.protect_log()
         self.source.prepare()
         while not self.stop.is_set():
             self.sync_tables()
             self.stream()
+
+    # --- source protection ----------------------------------------------------------------------
+
+    def protect_log(self) -> None:
+        """Never stream across a hole. When the source no longer holds log the replica needs
+        (Postgres: the slot was invalidated by max_slot_wal_keep_size, or dropped), a new slot
+        would silently skip every change since the durable position. Instead, the lost log is
+        forgotten and every table it fed is copied again (after `prepare` made a new slot, so
+        the copies' snapshots are followed by it); their reads fail over to the source until
+        they stream again. Each step is idempotent: a crash in between repeats the detection."""
+        name = self.config.name
+        position = self.store.source_position(name)
+        if position is None:  # never streamed: nothing can have been lost
+            return
+        retention = self.source.retention(position)
+        if retention is None or not retention.lost:
+            return
+        self.state.phase(name, PHASE_RECOVERING, retention.lost)
+        done = self.source.reset_log()  # a kind that cannot start a new log raises, saying what to do
+        followed = (STATE_CATCHING_UP, STATE_STREAMING, STATE_UNHEALTHY)
+        tables = [t for t in self.store.list_tables(name) if t.state in followed]
+        for table in tables:
+            self.store.resync(table.id, f"copying again: {retention.lost}")
+        log.error(
+            "source %s: %s; %s; copying %d table(s) again (%s); their reads go to the source until they stream again",
+            name, retention.lost, done, len(tables), ", ".join(t.qualified_name for t in tables) or "none",
+        )
+        self.state.recovered(name)
 
     # --- initial copy -------------------------------------------------------------------------
 
     def sync_tables(self) -> None:
         for table in self.store.list_tables(self.config.name):
             if table.state in (STATE_PENDING, STATE_COPYING) and not self.stop.is_set():
+                self.state.phase(self.config.name, PHASE_COPYING, f"copying {table.qualified_name}")
                 self.copy(table)
 
     def copy(self, table: TableInfo) -> None:
@@ -86,7 +130,8 @@ class SourceIngest:
         problem of the source (connection lost) is raised: the whole source retries."""
         state: dict = {}
         try:
-            self._copy(table, state)
+            with COPY_SECONDS.labels(self.config.name, table.qualified_name).time():
+                self._copy(table, state)
         except SourceError:
             raise
         except (TableError, *DECODE_ERRORS) as e:
@@ -98,7 +143,7 @@ class SourceIngest:
                       "the initial copy")
 
     def fail(self, table: TableInfo, error: HtapError, seq: int | None, during: str) -> None:
-        message = failure_message(self.config.name, self.config.kind, table, error, seq, during)
+        message = failure_message(self.config.name, self.config.codec, table, error, seq, during)
         self.store.fail_table(table.id, message)
         log_failure(message)
 
@@ -235,7 +280,7 @@ class SourceIngest:
         tables = [t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)]
         position = self.store.source_position(self.config.name) or 0
         applier = TransactionApplier(tables, self.source.decode_column, position)
-        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name, self.config.kind)
+        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name, self.config.codec)
         log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
         interval = self.cfg.flush_interval_s
@@ -244,6 +289,7 @@ class SourceIngest:
         next_schema_check = time.monotonic() + SCHEMA_CHECK_S
 
         with self.source.stream(position, tables) as stream:
+            self.state.phase(self.config.name, PHASE_STREAMING, f"streaming {len(tables)} table(s)")
             while True:
                 now = time.monotonic()
                 if not applier.in_txn:
@@ -300,23 +346,29 @@ class SourceIngest:
             applier.fail(table.id, action.error, action.seq)  # recorded with the next checkpoint
 
 
-def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0) -> None:
-    """Run the ingest of every configured source until `stop`; retry a source that fails."""
+def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0, state: ServiceState | None = None) -> None:
+    """Run the ingest of every configured source until `stop`; retry a source that fails.
+    `state` records what each source's ingest is doing (for the health endpoint)."""
+    state = state if state is not None else ServiceState()
 
     def run_source(source: SourceConfig) -> None:
         while not stop.is_set():
             try:
-                SourceIngest(cfg, source, stop).run()
+                SourceIngest(cfg, source, stop, state).run()
             except HtapError as e:
                 text = str(e) if f"source {source.name}" in str(e) else f"source {source.name}: {e}"
+                state.phase(source.name, PHASE_RETRYING, text)
                 log.error("%s (retrying in %.0f s)", text, retry_s)
                 stop.wait(retry_s)
-            except Exception:  # a bug, not bad input: say so loudly, keep the other sources running
+            except Exception as e:  # a bug, not bad input: say so loudly, keep the other sources running
+                state.phase(source.name, PHASE_RETRYING, f"unexpected {type(e).__name__}: {e}")
                 log.exception("source %s: unexpected failure (retrying in %.0f s)", source.name, retry_s)
                 stop.wait(retry_s)
+        state.phase(source.name, PHASE_STOPPED, "the service is stopping")
 
     threads = [threading.Thread(target=run_source, args=(s,), name=f"ingest-{s.name}") for s in cfg.sources.values()]
     threads.append(threading.Thread(target=compaction_loop, args=(cfg, stop), name="compaction"))
+    threads.append(threading.Thread(target=watch_sources, args=(cfg, state, stop), name="source-watch"))
     for t in threads:
         t.start()
     for t in threads:

@@ -26,6 +26,7 @@ import duckdb
 from htap import engine
 from htap.conf import HtapConfig
 from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError
+from htap.observe import COMPACTION_SECONDS
 from htap.replica.deltas import write_delta
 from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
@@ -151,7 +152,9 @@ def compact_table(cfg: HtapConfig, store: MetadataStore, table: TableInfo, polic
             continue
         covers_all = len(chosen) == len(live)
         kind = "base" if covers_all else ("minor" if all(d.bytes <= policy.min_bytes for d in chosen) else "major")
-        if merge(cfg.warehouse, store, table, part, chosen, horizon if covers_all else None, kind) is not None:
+        with COMPACTION_SECONDS.labels(table.source, table.qualified_name, kind).time():
+            merged = merge(cfg.warehouse, store, table, part, chosen, horizon if covers_all else None, kind)
+        if merged is not None:
             merges += 1
     return merges
 

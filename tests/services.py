@@ -32,6 +32,8 @@ PG_SETTINGS = {
     "max_connections": "200",
     "fsync": "off",
     "full_page_writes": "off",
+    # No timed checkpoint flushes WAL behind the tests' back (test_idle_freshness relies on it).
+    "checkpoint_timeout": "1h",
 }
 MY_BINARIES = ("/usr/sbin/mariadbd", "/usr/sbin/mysqld", "/usr/bin/mariadbd")
 

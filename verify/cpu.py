@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from htap.connectors.postgres import connect
+from htap.connectors.queryable import QueryableSource
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROC = Path("/proc")
@@ -65,35 +65,22 @@ def parent_of(pid: int) -> int | None:
     return None if s is None else s[0]
 
 
-def is_local_postgres(backend_pid: int) -> bool:
-    """Whether a backend pid the server reported is a Postgres process on this machine."""
-    try:
-        return "postgres" in (PROC / str(backend_pid) / "cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return False
+class SourceCpu:
+    """CPU of a local source server's process tree (Postgres: postmaster and every backend;
+    MySQL/MariaDB: the one server process)."""
 
+    method = "/proc: the source server's process tree (backends included, exited ones via cutime/cstime)"
 
-class PostgresCpu:
-    """CPU of a local Postgres server's process tree (postmaster and every backend)."""
-
-    method = "/proc: the Postgres server's process tree (postmaster, backends, exited backends via cutime/cstime)"
-
-    def __init__(self, dsn: str):
+    def __init__(self, source: QueryableSource):
         self.postmaster: int | None = None
         self.reason: str | None = None
-        conn = connect(dsn)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_backend_pid()")
-                backend = cur.fetchone()[0]
-            if not available():
-                self.reason = "no /proc on this machine"
-            elif not is_local_postgres(backend):
-                self.reason = "the source runs on another machine (its processes are not in /proc here)"
-            else:
-                self.postmaster = parent_of(backend)
-        finally:
-            conn.close()
+        process = source.server_process()
+        if not available():
+            self.reason = "no /proc on this machine"
+        elif isinstance(process, str):
+            self.reason = process
+        else:
+            self.postmaster = process
 
     def read(self) -> float | None:
         return None if self.postmaster is None else tree_cpu_s(self.postmaster)

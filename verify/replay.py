@@ -43,7 +43,8 @@ from htap.conf import HtapConfig
 from htap.errors import ConfigError
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import TableInfo
-from htap.verify.cpu import PostgresCpu, SparkCpu
+from htap.connectors.registry import open_queryable
+from htap.verify.cpu import SourceCpu, SparkCpu
 from htap.verify.data import jsonable
 from htap.verify.snapshot import ExportedSnapshot, wait_for_seq
 
@@ -417,7 +418,7 @@ def run_replay(cfg: HtapConfig, paths: list[str], opts: ReplayOptions, spark=Non
 
         token = uuid.uuid4().hex[:8]
         names = (f"{REPLICA_CATALOG}_{token}", f"{SOURCE_CATALOG}_{token}")
-    spark_cpu, pg_cpu = SparkCpu(spark), PostgresCpu(source.dsn)
+    spark_cpu, pg_cpu = SparkCpu(spark), SourceCpu(open_queryable(source))
     results = []
     with ExportedSnapshot(source) as snap:
         needed = sorted({name for p in patterns for name in p.tables})
@@ -439,7 +440,7 @@ def run_replay(cfg: HtapConfig, paths: list[str], opts: ReplayOptions, spark=Non
     write_junit(report, opts.out / "replay.junit.xml")
     bad = [r for r in results if r["status"] != "agree"]
     print(
-        f"replay at seq {snapshot['seq']} ({snapshot['seq_lsn']}): {len(results) - len(bad)} of {len(results)} patterns agree"
+        f"replay at seq {snapshot['seq']} ({snapshot['seq_position']}): {len(results) - len(bad)} of {len(results)} patterns agree"
         + (f", {len(bad)} do not" if bad else "")
         + f"; report {opts.out / 'replay.json'}, JUnit {opts.out / 'replay.junit.xml'}"
     )

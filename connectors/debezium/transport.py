@@ -90,7 +90,10 @@ def kafka_consumer(cfg: SourceConfig, topics: list[str], group: bool):
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
     except ImportError as e:  # pragma: no cover
-        raise SourceError("kafka-python is not installed: pip install kafka-python") from e
+        raise SourceError(
+            f"source {cfg.name} reads Debezium events from Kafka, whose driver (kafka-python) is not installed: "
+            f"pip install 'spark-htap[kafka]'"
+        ) from e
     try:
         return KafkaConsumer(
             *topics,

@@ -185,9 +185,9 @@ def describe_table(conn, schema: str, table: str) -> tuple[list[Column], list[st
         row = cur.fetchone()
         if row is None:
             raise NoSuchTableError(f"table {schema}.{table} does not exist in the source; check the name (<database>.<table>)")
-        kind, engine = row
-        if kind != "BASE TABLE":
-            raise TableError(f"{schema}.{table} is not a table ({kind.lower()}); only tables can be HTAP tables")
+        table_type, engine = row
+        if table_type != "BASE TABLE":
+            raise TableError(f"{schema}.{table} is not a table ({table_type.lower()}); only tables can be HTAP tables")
         if engine not in COPY_ENGINES:
             raise TableError(
                 f"{schema}.{table} uses the {engine} engine, which has no consistent snapshot for the initial copy: "

@@ -18,6 +18,7 @@ from htap.connectors.changes import (
     ChangeStream,
     Retention,
 )
+from htap.connectors.queryable import QueryableSource
 from htap.connectors.mysql.server import check_cdc_ready, connect, describe_table, error_message, server_is_mariadb
 from htap.connectors.mysql.snapshot import copy_chunks, open_snapshot
 from htap.connectors.mysql.stream import MySQLStream
@@ -111,12 +112,20 @@ class MySQLSource(ChangeSource):
         idx, pos = binlog_parts(position)
         if idx < files[0][0]:
             return Retention("binlog", None, None, "purged", format_binlog(position),
-                             "the binlog at the replica's position was purged: add the tables again")
+                             "the binlog at the replica's position was purged: add the tables again",
+                             lost="the binlog at the replica's position was purged")
         behind = sum(size - (pos if i == idx else 0) for i, size in files if i >= idx)
-        return Retention("binlog", max(behind, 0), None, None, format_binlog(position), note)
+        return Retention("binlog", max(behind, 0), None, None, format_binlog(position), note, lag_bytes=max(behind, 0))
 
     def drop(self) -> list[str]:
         return [
             f"nothing to drop in source {self.config.name}: a binlog reader keeps no state in MySQL/MariaDB "
             f"(the server expires binlogs by itself)"
         ]
+
+    # --- the read side (failover, access checks, verification) ---------------------------------
+
+    def queryable(self) -> QueryableSource:
+        from htap.connectors.mysql.reads import MySQLQueryable
+
+        return MySQLQueryable(self.config)

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from unit_support import PROPERTY
 
-from htap.conf import SourceConfig
+from htap.conf import DebeziumConfig
 from htap.connectors.changes import UNSET
 from htap.connectors.debezium.connect_types import (
     UNBOUNDED_DECIMAL,
@@ -249,8 +249,8 @@ def test_decimal_bytes_round_trip(value):
 # --- topics -------------------------------------------------------------------------------------
 
 
-def cfg(**kw) -> SourceConfig:
-    return SourceConfig(name="cdc", kind="debezium", dsn="", slot="", publication="", bootstrap_servers="b:9092", **kw)
+def cfg(**kw) -> DebeziumConfig:
+    return DebeziumConfig(name="cdc", bootstrap_servers="b:9092", **kw)
 
 
 def test_kafka_topics():

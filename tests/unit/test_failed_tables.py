@@ -16,6 +16,7 @@ from htap.connectors.changes import Begin, Commit, RowChange, decode_checked, fi
 from htap.connectors.pgtypes import decode_text_column, replica_value_sql
 from htap.connectors.tables import Column, apply_overrides, keep_overrides, override_type, parse_overrides
 from htap.errors import ConfigError, PoisonError, TableError
+from htap.seq import BINLOG, LSN
 from htap.ingest.applier import TransactionApplier
 from htap.ingest.failures import failure_message
 
@@ -67,11 +68,11 @@ def test_a_table_whose_values_cannot_be_decoded_fails_alone_with_its_seq():
 
 
 def test_failure_messages_name_source_table_column_value_seq_and_the_way_out():
-    msg = failure_message("shop", "postgres", A, PoisonError("v", "{{1}}", "multi-dimensional array"), 0x16B3748,
+    msg = failure_message("shop", LSN, A, PoisonError("v", "{{1}}", "multi-dimensional array"), 0x16B3748,
                           "the change stream")
     assert msg.startswith("source shop, table public.a: the change stream at seq 0/16B3748: column v: value '{{1}}'")
     assert "htap tables recopy public.a --column-type v=<string" in msg and "reads go to the source" in msg
-    msg = failure_message("m", "mysql", A, TableError("gone"), (3 << 32) | 77, "the initial copy")
+    msg = failure_message("m", BINLOG, A, TableError("gone"), (3 << 32) | 77, "the initial copy")
     assert "at seq binlog file #3 position 77: gone" in msg and "`htap tables recopy public.a`" in msg
 
 

@@ -9,6 +9,9 @@ from unit_support import PROPERTY
 
 from htap.errors import ConfigError, SourceError
 from htap.seq import (
+    BINLOG,
+    LSN,
+    PLAIN,
     binlog_file_index,
     binlog_parts,
     binlog_seq,
@@ -78,17 +81,35 @@ def test_binlog_seqs_order_like_file_then_position(f1, p1, f2, p2):
 
 
 @pytest.mark.parametrize(
-    "kind,seq,text",
+    "codec,seq,text",
     [
-        ("postgres", (0x16 << 32) | 0xB374D848, "16/B374D848"),
-        ("mysql", (42 << 32) | 4, "binlog file #42 position 4"),
-        ("debezium", 12345, "12345"),
-        ("postgres", None, None),
-        ("mysql", None, None),
+        (LSN, (0x16 << 32) | 0xB374D848, "16/B374D848"),
+        (BINLOG, (42 << 32) | 4, "binlog file #42 position 4"),
+        (PLAIN, 12345, "12345"),
+        (LSN, None, None),
+        (BINLOG, None, None),
     ],
 )
-def test_format_seq(kind, seq, text):
-    assert format_seq(kind, seq) == text
+def test_format_seq(codec, seq, text):
+    assert format_seq(codec, seq) == text
+
+
+@PROPERTY
+@given(I64)
+def test_every_codec_parses_what_it_formats(n):
+    for codec in (LSN, BINLOG, PLAIN):
+        assert codec.parse(codec.format(n)) == n
+        assert codec.parse(str(n)) == n
+
+
+def test_binlog_codec_reads_file_and_position():
+    assert BINLOG.parse("mysql-bin.000042:4") == (42 << 32) | 4
+
+
+@pytest.mark.parametrize("codec,text", [(LSN, "0/xyz"), (BINLOG, "mysql-bin:4"), (BINLOG, "42"[:0] + "x"), (PLAIN, "0/1")])
+def test_codec_errors_say_what_to_give(codec, text):
+    with pytest.raises(ConfigError, match=f"give a seq \\(an integer\\) or {codec.example}"):
+        codec.parse(text)
 
 
 @pytest.mark.parametrize(
@@ -110,4 +131,4 @@ def test_parse_seq_errors_say_what_to_give(text):
 def test_parse_seq_reads_both_spellings(n):
     assert parse_seq(str(n)) == n
     assert parse_seq(int_to_lsn(n)) == n
-    assert parse_seq(format_seq("postgres", n)) == n
+    assert parse_seq(format_seq(LSN, n)) == n

@@ -1,0 +1,229 @@
+"""MySQL/MariaDB as a queryable source: failover reads, access checks against the grant tables,
+and snapshots aligned with a binlog position.
+
+A source read runs the pushed subplan, rendered in MySQL's dialect, over the table as the
+replica holds it (each column's copy expression: FLOAT as an exact double, TIME and BIT as the
+replica has them), and streams the rows back as Arrow batches.
+
+Snapshots. `START TRANSACTION WITH CONSISTENT SNAPSHOT` pins a read view, and MariaDB reports
+the binlog position it corresponds to (`binlog_snapshot_file/position`): the replica's state at
+that seq (the initial copy relies on the same fact). Unlike Postgres, neither server can hand a
+read view to another connection, so a snapshot is named by its binlog position
+(`binlog:<seq>`): a read at a named snapshot opens its own consistent snapshot and proceeds only
+if it sits at that same position, i.e. nothing committed in between; otherwise it fails, saying
+so, rather than answering from another state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pymysql
+import pymysql.cursors
+import sqlglot
+from sqlglot import exp
+
+from htap.conf import MySQLConfig
+from htap.connectors import mytypes
+from htap.connectors.changes import decode_checked
+from htap.connectors.mysql.server import connect, error_message, server_is_mariadb
+from htap.connectors.mysql.snapshot import open_snapshot
+from htap.connectors.queryable import QueryableSource, SourceSnapshot
+from htap.connectors.tables import SourceTable
+from htap.errors import SourceError
+from htap.rewrite.subplan import PushedSubplan
+from htap.seq import format_binlog
+
+READ_CHUNK_ROWS = 65_536
+SNAPSHOT_PREFIX = "binlog:"
+
+
+def arrow_column(values, type: pa.DataType) -> pa.Array:
+    """Driver values as Arrow `type`: directly, or through Arrow's own cast when the server
+    answers in a wider type (SUM over integers is a DECIMAL in MySQL, a bigint in Spark)."""
+    try:
+        return pa.array(values, type)
+    except (pa.ArrowException, TypeError, ValueError):
+        return pa.array(values).cast(type)
+
+
+def snapshot_name(seq: int) -> str:
+    return f"{SNAPSHOT_PREFIX}{seq}"
+
+
+def snapshot_seq(name: str) -> int:
+    if not name.startswith(SNAPSHOT_PREFIX) or not name[len(SNAPSHOT_PREFIX):].isdigit():
+        raise SourceError(f"snapshot {name!r} is not a MySQL/MariaDB snapshot (binlog:<seq>)")
+    return int(name[len(SNAPSHOT_PREFIX):])
+
+
+def begin_at(conn, name: str | None) -> int:
+    """Open a consistent-snapshot transaction on `conn`; its seq. With `name`, it must be that
+    snapshot's seq (see the module docstring)."""
+    seq = open_snapshot(conn, server_is_mariadb(conn))
+    if name is not None and seq != snapshot_seq(name):
+        conn.rollback()
+        raise SourceError(
+            f"the source has moved from snapshot {format_binlog(snapshot_seq(name))} to {format_binlog(seq)}: "
+            f"MySQL/MariaDB cannot share a snapshot between connections, so reads at one snapshot need a source "
+            f"without commits meanwhile; retry"
+        )
+    return seq
+
+
+class _Borrowed:
+    """The snapshot's own connection, lent out: closing it is the snapshot's job."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def close(self) -> None:
+        pass
+
+
+class MySQLSnapshot(SourceSnapshot):
+    """A consistent snapshot and its binlog position (held open until closed). Its transaction
+    is the only one guaranteed to be at it, so queries at it share that one connection
+    (`max_connections` 1); other connections can join only while nothing commits."""
+
+    max_connections = 1
+
+    def __init__(self, config: MySQLConfig):
+        self.config = config
+        self.conn = connect(config)
+        try:
+            self.seq = begin_at(self.conn, None)
+        except pymysql.err.MySQLError as e:
+            self.conn.close()
+            raise SourceError(f"cannot open a consistent snapshot of source {config.name}: {error_message(e)}") from e
+        except BaseException:
+            self.conn.close()
+            raise
+        self.name = snapshot_name(self.seq)
+        self.position = format_binlog(self.seq)
+
+    def close(self) -> None:
+        if self.conn.open:
+            self.conn.close()
+
+    def open_transaction(self):
+        if not getattr(self, "_lent", False):
+            self._lent = True
+            return _Borrowed(self.conn)
+        conn = connect(self.config)
+        try:
+            begin_at(conn, self.name)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
+class MySQLQueryable(QueryableSource):
+    dialect = "mysql"
+
+    def __init__(self, config: MySQLConfig):
+        self.config = config
+
+    def relation(self, table: SourceTable) -> exp.Expression:
+        """The table's rows as the replica holds them (the initial copy's expressions), so pushed
+        filters and aggregates give what they give on the replica."""
+        columns = [
+            sqlglot.parse_one(mytypes.copy_expression(c.name, c.source_type, c.override), read="mysql").as_(c.name, quoted=True)
+            for c in table.columns
+        ]
+        return exp.select(*columns).from_(super().relation(table)).subquery(exp.to_identifier(table.name, quoted=True))
+
+    def read(
+        self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        query = self.render(table, subplan)
+        conn = connect(self.config)
+        try:
+            if snapshot is not None:
+                begin_at(conn, snapshot)
+            cur = conn.cursor(pymysql.cursors.SSCursor)
+            cur.execute(query)
+            while True:
+                rows = cur.fetchmany(READ_CHUNK_ROWS)
+                if not rows:
+                    break
+                columns = list(zip(*rows))
+                arrays = [decode_checked(arrow_column, col, f.type, f.name) for col, f in zip(columns, output)]
+                yield pa.RecordBatch.from_arrays(arrays, schema=output)
+            cur.close()
+        except pymysql.err.MySQLError as e:
+            raise SourceError(f"reading {table.qualified_name} from source {self.config.name} failed: {error_message(e)}") from e
+        finally:
+            conn.close()
+
+    def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
+        """Whether the account may SELECT those columns, from the grant tables the way the server
+        decides it: a global, database or table grant covers every column, else each column needs
+        a column grant. `user` is `name@host` (host `%` when not given)."""
+        name, _, host = user.partition("@")
+        host = host or "%"
+        conn = connect(self.config)
+        try:
+            with conn.cursor() as cur:
+                try:
+                    cur.execute("SELECT Select_priv = 'Y' FROM mysql.user WHERE User = %s AND Host = %s", (name, host))
+                    row = cur.fetchone()
+                    if row is None:
+                        return f"source account '{name}'@'{host}' does not exist"
+                    if row[0]:
+                        return None
+                    cur.execute(
+                        "SELECT 1 FROM mysql.db WHERE User = %s AND Host = %s AND %s LIKE Db AND Select_priv = 'Y'",
+                        (name, host, table.schema),
+                    )
+                    if cur.fetchone():
+                        return None
+                    cur.execute(
+                        "SELECT 1 FROM mysql.tables_priv WHERE User = %s AND Host = %s AND Db = %s AND Table_name = %s"
+                        " AND FIND_IN_SET('Select', Table_priv) > 0",
+                        (name, host, table.schema, table.name),
+                    )
+                    if cur.fetchone():
+                        return None
+                    cur.execute(
+                        "SELECT Column_name FROM mysql.columns_priv WHERE User = %s AND Host = %s AND Db = %s"
+                        " AND Table_name = %s AND FIND_IN_SET('Select', Column_priv) > 0",
+                        (name, host, table.schema, table.name),
+                    )
+                    allowed = {r[0].lower() for r in cur.fetchall()}
+                except pymysql.err.MySQLError as e:
+                    raise SourceError(
+                        f"cannot read the grant tables of source {self.config.name} to check access: {error_message(e)}; "
+                        f"GRANT SELECT ON mysql.* TO the source user, or remove the catalog's `user` option"
+                    ) from e
+        finally:
+            conn.close()
+        denied = [c for c in columns if c.lower() not in allowed]
+        if denied or not columns:
+            return f"source account '{name}'@'{host}' lacks SELECT on {table.qualified_name}" + (
+                f" columns {denied}" if denied else ""
+            )
+        return None
+
+    def server_process(self) -> int | str:
+        """From the server's pid file, when that file is on this machine (one process: mariadbd)."""
+        conn = connect(self.config)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@pid_file")
+                (pid_file,) = cur.fetchone()
+        finally:
+            conn.close()
+        try:
+            return int(Path(pid_file).read_text().strip())
+        except (OSError, ValueError, TypeError):
+            return "the source runs on another machine (its pid file is not here)"
+
+    def export_snapshot(self) -> MySQLSnapshot:
+        return MySQLSnapshot(self.config)

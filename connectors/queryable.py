@@ -1,0 +1,85 @@
+"""The read side of a source database: what failover reads and the verifiers need from it.
+
+A *queryable* source (Postgres, MySQL/MariaDB; a Debezium source through its `source_dsn`)
+answers a pushed subplan in its own SQL dialect, at a snapshot when one is given, checks a
+role's privileges the way the source itself would, and exports a snapshot that equals one
+replica seq exactly. How the source's snapshot is named differs per kind (Postgres: an exported
+snapshot id another connection can import; MySQL/MariaDB: a binlog position a consistent
+snapshot must start at), so the name is an opaque token to everyone above connectors/.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Iterator
+
+import pyarrow as pa
+from sqlglot import exp
+
+from htap.conf import SourceConfig
+from htap.connectors.tables import SourceTable
+from htap.rewrite import render
+from htap.rewrite.subplan import PushedSubplan
+
+
+class SourceSnapshot(ABC):
+    """An exported source snapshot and the replica seq whose state equals it; a context manager
+    (the snapshot lives while it is open)."""
+
+    seq: int  # the replica seq whose state equals the snapshot
+    name: str  # the token source reads take (the `source_snapshot` option)
+    position: str  # where the snapshot sits, in the source's own notation
+    max_connections: int | None = None  # transactions at it that may be open at once (None: any)
+
+    def close(self) -> None:
+        """Release the snapshot."""
+
+    def __enter__(self) -> "SourceSnapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def to_dict(self) -> dict:
+        return {"seq": self.seq, "seq_position": self.position, "source_snapshot": self.name}
+
+    @abstractmethod
+    def open_transaction(self):
+        """A DB-API connection in a read-only transaction at this snapshot (the caller closes it)."""
+
+
+class QueryableSource(ABC):
+    """A source database that can answer pushed subplans (failover) and be verified against."""
+
+    config: SourceConfig
+    dialect: str  # sqlglot dialect of its SQL
+
+    def relation(self, table: SourceTable) -> exp.Expression:
+        """The table as the replica holds its rows (each column's fate applied), so pushed filters
+        and aggregates on the source give what they give on the replica. Default: the table."""
+        return exp.Table(this=exp.to_identifier(table.name, quoted=True), db=exp.to_identifier(table.schema, quoted=True))
+
+    def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
+        """The subplan as this source's SQL (rewrite.render; the dialect's comparison semantics)."""
+        return render.select(subplan, self.relation(table), [c.name for c in table.columns]).sql(self.dialect)
+
+    @abstractmethod
+    def read(
+        self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The subplan's rows from the source as Arrow batches of `output`, at `snapshot` (a
+        `SourceSnapshot.name`) when given."""
+
+    @abstractmethod
+    def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
+        """None if the source role `user` may read those columns, else why not (the replica
+        never widens access)."""
+
+    def server_process(self) -> int | str:
+        """The server's main process id when it runs on this machine (CPU accounting of
+        `verify replay`), else why it cannot be measured. Default: unknown."""
+        return "this source cannot name its server process"
+
+    @abstractmethod
+    def export_snapshot(self) -> SourceSnapshot:
+        """A snapshot of the whole source that equals the replica at one seq."""
