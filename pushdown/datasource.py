@@ -246,7 +246,7 @@ class HtapReader(DataSourceReader):
                 snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables,
             )
             plan = plan_scan(store, request, subplan, window_s=cfg.window_s, pin_ttl_s=cfg.pin_ttl_s,
-                             export=lambda: export_held_snapshot(source))
+                             export=lambda: export_held_snapshot(str(cfg.path), source.name))
             table = plan.table
             if plan.route.target == ROUTE_REPLICA:
                 self._partitions: list[InputPartition] = [
