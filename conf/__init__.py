@@ -33,7 +33,7 @@ REPLICA_KEYS: dict[str, tuple[object, str]] = {
     "flush_max_changes": (200_000, "buffered changes that force a checkpoint before the interval"),
     "partition_rows": (1_000_000, "target rows per range partition, chosen at the initial copy"),
     "window_s": (36_000.0, "queryable window: how far back (seconds) reads and time travel can go"),
-    "pin_ttl_s": (3_600.0, "how long a query's snapshot pin keeps compacted-away deltas on disk"),
+    "pin_ttl_s": (60.0, "how long a query's snapshot lease keeps compacted-away deltas on disk after its tasks last renewed it"),
     "compaction_interval_s": (5.0, "seconds between compaction passes of the service (0 disables)"),
     "compaction_min_bytes": (4 << 20, "size limit of the smallest compaction tier"),
     "compaction_ratio": (4.0, "growth of the size limit from one tier to the next"),
@@ -211,7 +211,7 @@ class HtapConfig:
     flush_max_changes: int
     partition_rows: int = 1_000_000
     window_s: float = 36_000.0
-    pin_ttl_s: float = 3_600.0
+    pin_ttl_s: float = 60.0
     compaction_interval_s: float = 5.0
     compaction_min_bytes: int = 4 << 20
     compaction_ratio: float = 4.0

@@ -29,6 +29,7 @@ class SourceSnapshot(ABC):
     seq: int  # the replica seq whose state equals the snapshot
     name: str  # the token source reads take (the `source_snapshot` option)
     position: str  # where the snapshot sits, in the source's own notation
+    max_connections: int | None = None  # transactions at it that may be open at once (None: any)
 
     def close(self) -> None:
         """Release the snapshot."""

@@ -312,16 +312,24 @@ class HtapReader(DataSourceReader):
 
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        from htap.conf import load_config
         from htap.pushdown.replica_reader import read_plan
+        from htap.replica.leases import kept, renewed_plan
+        from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
         from htap.rewrite.subplan import PushedSubplan
 
-        yield from read_plan(
-            Path(partition.warehouse),
-            partition.table_label,
-            TableInfo.decode_schema(partition.table_schema_b64),
-            list(partition.key),
-            partition.plan,
-            PushedSubplan.from_json(partition.pushed),
-            to_arrow_schema(self.schema, timezone="UTC"),
-        )
+        # The plan's lease is renewed while this task reads (re-planned if it lapsed meanwhile).
+        cfg = load_config(partition.config)
+        with MetadataStore(cfg.metadata) as store:
+            plan = renewed_plan(store, partition.table_id, partition.plan, cfg.pin_ttl_s, cfg.window_s)
+        with kept(str(cfg.metadata), plan.lease, cfg.pin_ttl_s):
+            yield from read_plan(
+                Path(partition.warehouse),
+                partition.table_label,
+                TableInfo.decode_schema(partition.table_schema_b64),
+                list(partition.key),
+                plan,
+                PushedSubplan.from_json(partition.pushed),
+                to_arrow_schema(self.schema, timezone="UTC"),
+            )

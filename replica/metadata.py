@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ from htap.replica.models import (
 )
 
 SCHEMA_VERSION = 6
+# The lease each process holds per (store, table): (pin id, created at). See MetadataStore.lease.
+_LEASES: dict[tuple[str, int], tuple[int, float]] = {}
+_LEASES_LOCK = threading.Lock()
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 
 _TABLES = [
@@ -138,6 +142,15 @@ class _Backend:
     def begin(self) -> None:
         raise NotImplementedError
 
+    def relax(self) -> None:
+        """Before `begin`: the next transaction may be lost in a crash (never corrupts)."""
+
+    def relaxed(self) -> None:
+        """After `begin` of a transaction that may be lost in a crash."""
+
+    def restore(self) -> None:
+        """After a relaxed transaction ended."""
+
     def commit(self) -> None:
         self.execute("COMMIT")
 
@@ -164,6 +177,14 @@ class _SQLite(_Backend):
 
     def begin(self) -> None:
         self.conn.execute("BEGIN IMMEDIATE")  # writers queue here instead of failing later
+
+    # WAL mode with synchronous=NORMAL: the commit is not fsynced (a power loss may forget it)
+    # but the database stays consistent. Settable per connection, outside a transaction.
+    def relax(self) -> None:
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+
+    def restore(self) -> None:
+        self.conn.execute("PRAGMA synchronous=FULL")
 
     def close(self) -> None:
         self.conn.close()
@@ -192,6 +213,9 @@ class _Postgres(_Backend):
     def begin(self) -> None:
         self.execute("BEGIN")
         self.execute("SELECT pg_advisory_xact_lock(?)", (self.LOCK_KEY,))
+
+    def relaxed(self) -> None:
+        self.execute("SET LOCAL synchronous_commit = off")  # no wait for the WAL flush
 
     def close(self) -> None:
         self.conn.close()
@@ -250,14 +274,24 @@ class MetadataStore:
         self.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[None]:
-        self._db.begin()
+    def _tx(self, durable: bool = True) -> Iterator[None]:
+        """One write transaction; `durable=False` for what a crash may forget (leases: their
+        readers die with the crash), which then costs no fsync."""
+        if not durable:
+            self._db.relax()
         try:
-            yield
-        except BaseException:
-            self._db.rollback()
-            raise
-        self._db.commit()
+            self._db.begin()
+            try:
+                if not durable:
+                    self._db.relaxed()
+                yield
+            except BaseException:
+                self._db.rollback()
+                raise
+            self._db.commit()
+        finally:
+            if not durable:
+                self._db.restore()
 
     def _x(self, sql: str, params=()):
         return self._db.execute(sql, params)
@@ -564,15 +598,18 @@ class MetadataStore:
         )
         return n, rows, size
 
-    # --- pins and garbage collection ------------------------------------------------------------
+    # --- pins (leases) and garbage collection ----------------------------------------------------
 
     def pin(self, table_id: int, seq: int, ttl_s: float, holder: str | None = None) -> tuple[Pin, list[Delta]]:
-        """Pin `seq` of a table and return the live deltas at that moment, in one transaction.
+        """Lease `seq` of a table for `ttl_s` and return the live deltas at that moment, in one
+        transaction. While the lease lives (`renew_pin` extends it), no delta in that list is
+        deleted, even if compaction retires it.
 
-        While the pin lives, no delta in that list is deleted, even if compaction retires it.
+        Not fsynced: a crash that forgets a lease is a crash of the machine its readers ran on
+        (SQLite), or of a Postgres store that then loses at most its last fraction of a second.
         """
         now = self.clock()
-        with self._tx():
+        with self._tx(durable=False):
             deltas = [
                 Delta(*r)
                 for r in self._all(
@@ -586,8 +623,37 @@ class MetadataStore:
             )
         return Pin(row[0], table_id, seq, holder or holder_id(), now, now + ttl_s), deltas
 
+    def lease(self, table_id: int, seq: int, lease_s: float) -> tuple[int, list[Delta]]:
+        """A lease covering a read of the table now, and the live deltas: the lease this process
+        took for the table less than `lease_s / 2` ago if there is one (no write at all: it
+        protects every delta retired since it was taken, and lives at least `lease_s / 2` more),
+        else a new one. So a process writes at most one (unsynced) lease per table per
+        `lease_s / 2`, however many reads it plans; a lease then ends by expiry, `lease_s`
+        after its last renewal (running tasks renew it: htap.replica.leases)."""
+        key = (self.location, table_id)
+        now = self.clock()
+        with _LEASES_LOCK:
+            held = _LEASES.get(key)
+            if held is not None and 0 <= now - held[1] < lease_s / 2:
+                return held[0], self.deltas(table_id)
+            pin, deltas = self.pin(table_id, seq, lease_s)
+            _LEASES[key] = (pin.id, pin.created_at)
+            return pin.id, deltas
+
+    def renew_pin(self, pin_id: int, ttl_s: float) -> bool:
+        """Extend a live lease to at least `ttl_s` from now; False when it is gone (expired and
+        collected, or released): the deltas it protected may be deleted already."""
+        now = self.clock()
+        with self._tx(durable=False):
+            cur = self._x(
+                "UPDATE pins SET expires_at = CASE WHEN expires_at > ? THEN expires_at ELSE ? END"
+                " WHERE id = ? AND expires_at > ?",
+                (now + ttl_s, now + ttl_s, pin_id, now),
+            )
+            return cur.rowcount > 0
+
     def release_pin(self, pin_id: int) -> None:
-        with self._tx():
+        with self._tx(durable=False):
             self._x("DELETE FROM pins WHERE id = ?", (pin_id,))
 
     def live_pins(self, table_id: int | None = None) -> list[Pin]:

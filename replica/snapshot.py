@@ -2,9 +2,10 @@
 
 The queryable window of a table is [min safe seq, max safe seq]: the max safe seq is the
 newest seq all of whose changes are durable; the min safe seq is the seq the source had reached
-`window_s` ago (never below the initial copy). Reads inside the window are exact. A read pins
-its seq and the deltas it will read in one metadata transaction, so compaction and garbage
-collection cannot delete a file under it; pins expire after `pin_ttl_s`.
+`window_s` ago (never below the initial copy). Reads inside the window are exact. A read plans
+its deltas under a lease (MetadataStore.lease: shared by a process's reads, never fsynced), so
+compaction and garbage collection cannot delete a file under it; a lease lives `pin_ttl_s` past
+its last renewal, and the tasks reading the plan renew it while they run (htap.replica.leases).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class ReadPlan:
     strategy: str = "merge"  # "merge", "direct" (one delta, one version per key) or "base" (see below)
     delta_versions: tuple[int, ...] = ()  # schema version each delta was written in
     added_versions: tuple[tuple[str, int], ...] = ()  # columns added after the first schema version
+    lease: int | None = None  # the lease (pin id) keeping delta_paths on disk; tasks renew it
     # With strategy "base": delta_paths[0] holds one version per key, every other delta is newer
     # than all of it and carries full rows, so a key's newest version in the others wins outright.
 
@@ -73,7 +75,8 @@ def seq_for_time(store: MetadataStore, table: TableInfo, at: float) -> int:
 
 
 def plan_reads(
-    table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, subplan: PushedSubplan | None = None
+    table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, subplan: PushedSubplan | None = None,
+    lease: int | None = None,
 ) -> list[ReadPlan]:
     """One read plan per partition that the subplan's key filters can match, with the deltas
     that can hold a version visible at `seq`."""
@@ -94,6 +97,7 @@ def plan_reads(
                 strategy=read_strategy(mine),
                 delta_versions=tuple(d.schema_version for d in mine),
                 added_versions=tuple((c.name, c.added_version) for c in table.columns if c.added_version > 1),
+                lease=lease,
             )
         )
     return plans
@@ -107,7 +111,7 @@ def pin_and_plan(
     pin_ttl_s: float,
     subplan: "PushedSubplan | None" = None,
 ) -> list[ReadPlan]:
-    """Check `seq` is inside the window, pin it, and plan the partition reads."""
+    """Check `seq` is inside the window, lease it (`pin_ttl_s`), and plan the partition reads."""
     window = queryable_window(store, table, window_s)
     if window is None:
         raise ReplicaError(
@@ -118,5 +122,5 @@ def pin_and_plan(
         raise OutsideWindow(
             f"seq {seq} of {table.qualified_name} is outside its queryable window [{window.min_seq}, {window.max_seq}]"
         )
-    _pin, deltas = store.pin(table.id, seq, pin_ttl_s)
-    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan)
+    lease, deltas = store.lease(table.id, seq, pin_ttl_s)
+    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan, lease)

@@ -98,6 +98,35 @@ def test_replace_is_compare_and_swap_and_pins_hold_retired_files(store):
     assert store.collect_garbage() == ["ab"]
 
 
+def test_leases_are_shared_renewed_and_hold_retired_files_until_they_lapse(store):
+    """A process's reads share one lease per table for half its length (no write per read);
+    renewals keep it alive; garbage collection keeps what a live lease can read, by the clock."""
+    now = [1000.0]
+    store.clock = lambda: now[0]
+    t = add(store)
+    store.start_copy(t.id)
+    store.finish_copy(t.id, [delta(t.id, "a", 1, 1)], 1, None)
+    lease, seen = store.lease(t.id, 1, 30.0)
+    assert [d.path for d in seen] == ["a"]
+    assert store.replace_deltas(t.id, store.deltas(t.id), [delta(t.id, "a2", 1, 1)])
+    now[0] += 14.0
+    again, seen = store.lease(t.id, 1, 30.0)
+    assert again == lease and [d.path for d in seen] == ["a2"]  # the same lease: no write
+    assert [p.id for p in store.live_pins(t.id)] == [lease]
+    assert store.collect_garbage() == []  # "a" was retired after the lease was taken
+    now[0] += 2.0  # 16 s old: a read now gets a fresh lease (the old one may end in 14 s)
+    fresh, _ = store.lease(t.id, 1, 30.0)
+    assert fresh != lease
+    now[0] += 10.0
+    assert store.renew_pin(lease, 30.0)  # a task still reads under it: until 1056
+    now[0] = 1050.0
+    assert store.collect_garbage() == []
+    now[0] = 1057.0  # both leases lapsed (fresh one at 1046)
+    assert not store.renew_pin(lease, 30.0)
+    assert store.collect_garbage() == ["a"]
+    assert store.live_pins(t.id) == []
+
+
 def test_scans_and_failover_flags(store):
     t = add(store)
     for i in range(105):

@@ -73,8 +73,25 @@ def begin_at(conn, name: str | None) -> int:
     return seq
 
 
+class _Borrowed:
+    """The snapshot's own connection, lent out: closing it is the snapshot's job."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def close(self) -> None:
+        pass
+
+
 class MySQLSnapshot(SourceSnapshot):
-    """A consistent snapshot and its binlog position (held open until closed)."""
+    """A consistent snapshot and its binlog position (held open until closed). Its transaction
+    is the only one guaranteed to be at it, so queries at it share that one connection
+    (`max_connections` 1); other connections can join only while nothing commits."""
+
+    max_connections = 1
 
     def __init__(self, config: MySQLConfig):
         self.config = config
@@ -95,6 +112,9 @@ class MySQLSnapshot(SourceSnapshot):
             self.conn.close()
 
     def open_transaction(self):
+        if not getattr(self, "_lent", False):
+            self._lent = True
+            return _Borrowed(self.conn)
         conn = connect(self.config)
         try:
             begin_at(conn, self.name)

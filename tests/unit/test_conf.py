@@ -54,7 +54,7 @@ def test_an_empty_file_is_all_defaults():
             assert getattr(cfg, key) == default, key
             assert type(getattr(cfg, key)) is type(default), key
     assert (cfg.flush_interval_s, cfg.flush_max_changes, cfg.partition_rows, cfg.window_s, cfg.pin_ttl_s) == (
-        0.5, 200_000, 1_000_000, 36_000.0, 3_600.0
+        0.5, 200_000, 1_000_000, 36_000.0, 60.0
     )
     assert (cfg.compaction_interval_s, cfg.compaction_min_bytes, cfg.compaction_ratio, cfg.max_deltas) == (5.0, 4 << 20, 4.0, 12)
 

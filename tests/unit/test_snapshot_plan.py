@@ -129,9 +129,9 @@ class FakeStore:
         seqs = [s for a, s in self.safe_points if a <= at]
         return max(seqs) if seqs else None
 
-    def pin(self, table_id, seq, ttl_s):
+    def lease(self, table_id, seq, ttl_s):
         self.pins.append((table_id, seq, ttl_s))
-        return object(), list(self._deltas)
+        return len(self.pins), list(self._deltas)
 
     def truncated_at(self, table_id, seq):
         seqs = [s for s in self.truncations if s <= seq]
