@@ -6,6 +6,7 @@ Postgres: the changes made while the slot was lost are not silently skipped."""
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -74,6 +75,16 @@ def change_while_stopped(ws) -> None:
     ws.sql(f"INSERT INTO {ws.schema}.t SELECT g, 'new' || g FROM generate_series(1001, 1100) g")
 
 
+def generate_until_lost(ws) -> bool:
+    """Write WAL (a table outside the publication), switch segments and checkpoint: once the
+    slot holds more than max_slot_wal_keep_size, the checkpoint removes its WAL and invalidates it."""
+    ws.sql(f"CREATE TABLE IF NOT EXISTS {ws.schema}.filler (id int, pad text)")
+    ws.sql(f"INSERT INTO {ws.schema}.filler SELECT g, repeat('x', 2000) FROM generate_series(1, 4000) g")
+    ws.sql("SELECT pg_switch_wal()")
+    ws.sql("CHECKPOINT")
+    return slot_status(ws) == "lost"
+
+
 def start_streaming(ws, rows: int = 500) -> None:
     ws.sql(f"CREATE TABLE {ws.schema}.t (id int PRIMARY KEY, v text)")
     ws.sql(f"INSERT INTO {ws.schema}.t SELECT g, 'v' || g FROM generate_series(1, {rows}) g")
@@ -96,16 +107,7 @@ def test_a_slot_invalidated_by_max_slot_wal_keep_size_is_recovered_by_copying_ag
         before = ws.table("t")
         change_while_stopped(ws)
 
-        # Generate WAL until the server invalidates the slot (checkpoints remove the old segments).
-        ws.sql(f"CREATE TABLE {ws.schema}.filler (id int, pad text)")
-
-        def generate_until_lost():
-            ws.sql(f"INSERT INTO {ws.schema}.filler SELECT g, repeat('x', 2000) FROM generate_series(1, 4000) g")
-            ws.sql("SELECT pg_switch_wal()")
-            ws.sql("CHECKPOINT")
-            return slot_status(ws) == "lost"
-
-        wait_until(generate_until_lost, None, "the slot to be invalidated", interval=0)
+        wait_until(lambda: generate_until_lost(ws), None, "the slot to be invalidated", interval=0)
         status = ws.htap("status").stdout
         assert "wal_status lost" in status and "was invalidated" in status
 
@@ -129,6 +131,29 @@ def test_a_slot_invalidated_by_max_slot_wal_keep_size_is_recovered_by_copying_ag
         m = wait_until(lambda: (m := scrape(url))[("htap_source_log_lost", src)] == 0 and m, None, "the new slot in the metrics")
         assert m[("htap_source_log_recoveries_total", src)] == 1
         assert get(url + "/health")[0] == 200
+    finally:
+        ws.close()
+
+
+def test_a_slot_invalidated_while_the_service_streams_is_recovered(tmp_path, small_slot_pg):
+    # The service is frozen (SIGSTOP) while connected, so its slot falls behind; Postgres ends
+    # the slot's walsender and invalidates it. Thawed, the service finds the connection lost,
+    # reconnects, finds the slot lost and copies the table again.
+    pg, dsn = small_slot_pg
+    ws = Workspace(tmp_path, pg, dsn)
+    try:
+        start_streaming(ws)
+        ws.service.send_signal(signal.SIGSTOP)
+        try:
+            change_while_stopped(ws)
+            wait_until(lambda: generate_until_lost(ws), None, "the slot to be invalidated", interval=0)
+        finally:
+            ws.service.send_signal(signal.SIGCONT)
+        wait_until(lambda: "copying 1 table(s) again" in ws.log(), None, "the service to copy the table again")
+        ws.wait_readable("t")
+        ws.wait_caught_up("t")
+        assert replica_rows(ws, "t") == source_rows(ws, "t")
+        assert ws.service.poll() is None
     finally:
         ws.close()
 
