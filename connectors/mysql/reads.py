@@ -127,17 +127,33 @@ class MySQLSnapshot(SourceSnapshot):
 class MySQLQueryable(QueryableSource):
     dialect = "mysql"
 
-    def __init__(self, config: MySQLConfig):
+    def __init__(self, config: MySQLConfig, collation: str | None = None):
         self.config = config
+        self._collation = collation  # found on first use when not given
 
     def relation(self, table: SourceTable) -> exp.Expression:
         """The table's rows as the replica holds them (the initial copy's expressions), so pushed
         filters and aggregates give what they give on the replica."""
-        columns = [
-            sqlglot.parse_one(mytypes.copy_expression(c.name, c.source_type, c.override), read="mysql").as_(c.name, quoted=True)
-            for c in table.columns
-        ]
+        types = table.arrow_schema
+        collation = self._binary_collation()
+        columns = []
+        for c in table.columns:
+            expr = mytypes.copy_expression(c.name, c.source_type, c.override)
+            if pa.types.is_string(types.field(c.name).type):
+                expr = f"CONVERT({expr} USING utf8mb4) COLLATE {collation}"
+            columns.append(sqlglot.parse_one(expr, read="mysql").as_(c.name, quoted=True))
         return exp.select(*columns).from_(super().relation(table)).subquery(exp.to_identifier(table.name, quoted=True))
+
+    def _binary_collation(self) -> str:
+        """The server's utf8mb4 collation that compares by code point without padding (as Spark
+        does): MariaDB utf8mb4_nopad_bin, MySQL 8 utf8mb4_0900_bin (utf8mb4_bin pads)."""
+        if self._collation is None:
+            conn = connect(self.config)
+            try:
+                self._collation = "utf8mb4_nopad_bin" if server_is_mariadb(conn) else "utf8mb4_0900_bin"
+            finally:
+                conn.close()
+        return self._collation
 
     def read(
         self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
