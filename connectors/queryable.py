@@ -31,6 +31,12 @@ class SourceSnapshot(ABC):
     position: str  # where the snapshot sits, in the source's own notation
     max_connections: int | None = None  # transactions at it that may be open at once (None: any)
 
+    @property
+    def exact_name(self) -> str:
+        """The token for reads that must see exactly this snapshot or fail (verification).
+        Default: `name` (every importer sees the snapshot exactly, as in Postgres)."""
+        return self.name
+
     def close(self) -> None:
         """Release the snapshot."""
 
