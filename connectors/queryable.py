@@ -98,8 +98,10 @@ class QueryableSource(ABC):
         return "this source cannot name its server process"
 
     @abstractmethod
-    def export_snapshot(self) -> SourceSnapshot:
-        """A snapshot of the whole source that equals the replica at one seq."""
+    def export_snapshot(self, *, exact_seq: bool = True) -> SourceSnapshot:
+        """A snapshot of the whole source. With `exact_seq` (the verifiers) it equals the replica
+        at one seq; without (a failover query, which only needs its reads to agree with each
+        other) a source may export a cheaper one whose `seq` is unknown (-1)."""
 
 
 class ThroughOrigin(QueryableSource):
@@ -141,8 +143,8 @@ class ThroughOrigin(QueryableSource):
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         return self.inner.check_select(user, table, columns)
 
-    def export_snapshot(self) -> SourceSnapshot:
-        return self.inner.export_snapshot()
+    def export_snapshot(self, *, exact_seq: bool = True) -> SourceSnapshot:
+        return self.inner.export_snapshot(exact_seq=exact_seq)
 
     def server_process(self) -> int | str:
         return self.inner.server_process()
