@@ -98,6 +98,18 @@ def cmd_tables_recopy(args) -> int:
     return 0
 
 
+def cmd_tables_recheck(args) -> int:
+    from htap.replica.health import recheck  # reads Parquet
+
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    schema, name = _table_name(args.table)
+    with MetadataStore(cfg.metadata) as store:
+        result = recheck(cfg.warehouse, store, store.get_table(source.name, schema, name))
+    print(f"{schema}.{name}: {result.was} -> {result.now}: {result.detail}")
+    return 0 if result.now != "unhealthy" else 1
+
+
 def cmd_tables_remove(args) -> int:
     from htap.replica.deltas import table_dir  # loads DuckDB
 
@@ -320,6 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--source", help="source name (default: the only one)")
     r.add_argument("--column-type", action="append", metavar="COLUMN=TYPE", help=column_type_help)
     r.set_defaults(func=cmd_tables_recopy)
+    rc = t.add_parser("recheck", help="check an unhealthy table's delta files; healthy again if all are intact")
+    rc.add_argument("table", help="<schema>.<table>")
+    rc.add_argument("--source", help="source name (default: the only one)")
+    rc.set_defaults(func=cmd_tables_recheck)
     rm = t.add_parser("remove", help="stop replicating a table: drop it from the publication, the metadata and its files")
     rm.add_argument("table", help="<schema>.<table>")
     rm.add_argument("--source", help="source name (default: the only one)")

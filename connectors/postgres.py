@@ -300,6 +300,24 @@ def stream_failure(source: str, position: int, e: psycopg2.Error) -> str:
     return f"the replication stream of source {source} failed: {detail}"
 
 
+_COLLATABLE = re.compile(r"^(text|character varying|varchar|citext|name)(\(\d+\))?$")
+_BPCHAR = re.compile(r"^(character|char|bpchar)(\(\d+\))?$")
+
+
+def code_point_text(expr: str, column: Column, target: pa.DataType) -> str:
+    """A text column's replica value compared as Spark compares strings: by code point (the C
+    collation, whatever the column's own), and char(n) as the padded text the replica holds
+    (bpchar's comparisons would ignore the padding)."""
+    if not pa.types.is_string(target):
+        return expr
+    t = column.source_type.strip().lower()
+    if _BPCHAR.match(t) and not column.override:
+        return f'(CASE WHEN {expr} IS NOT NULL THEN concat({expr}) END) COLLATE "C"'
+    if column.override or _COLLATABLE.match(t):
+        return f'({expr}) COLLATE "C"'
+    return expr
+
+
 class PostgresSource(ChangeSource, QueryableSource):
     dialect = "postgres"
 
@@ -313,7 +331,7 @@ class PostgresSource(ChangeSource, QueryableSource):
         columns = []
         for c in table.columns:
             expr = replica_value_sql(c.name, c.source_type, types.field(c.name).type, c.override)
-            columns.append(sqlglot.parse_one(expr, read="postgres").as_(c.name, quoted=True))
+            columns.append(sqlglot.parse_one(code_point_text(expr, c, types.field(c.name).type), read="postgres").as_(c.name, quoted=True))
         return exp.select(*columns).from_(super().relation(table)).subquery(exp.to_identifier(table.name, quoted=True))
 
     def read(self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from htap.conf import SourceConfig
 from htap.connectors.tables import SourceTable
-from htap.rewrite import render
+from htap.rewrite import dialects, render
 from htap.rewrite.subplan import PushedSubplan
 
 
@@ -29,6 +29,13 @@ class SourceSnapshot(ABC):
     seq: int  # the replica seq whose state equals the snapshot
     name: str  # the token source reads take (the `source_snapshot` option)
     position: str  # where the snapshot sits, in the source's own notation
+    max_connections: int | None = None  # transactions at it that may be open at once (None: any)
+
+    @property
+    def exact_name(self) -> str:
+        """The token for reads that must see exactly this snapshot or fail (verification).
+        Default: `name` (every importer sees the snapshot exactly, as in Postgres)."""
+        return self.name
 
     def close(self) -> None:
         """Release the snapshot."""
@@ -55,12 +62,15 @@ class QueryableSource(ABC):
 
     def relation(self, table: SourceTable) -> exp.Expression:
         """The table as the replica holds its rows (each column's fate applied), so pushed filters
-        and aggregates on the source give what they give on the replica. Default: the table."""
+        and aggregates on the source give what they give on the replica — strings included: they
+        compare by code point, case- and padding-sensitive, as Spark and DuckDB compare them.
+        Default: the table."""
         return exp.Table(this=exp.to_identifier(table.name, quoted=True), db=exp.to_identifier(table.schema, quoted=True))
 
     def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
         """The subplan as this source's SQL (rewrite.render; the dialect's comparison semantics)."""
-        return render.select(subplan, self.relation(table), [c.name for c in table.columns]).sql(self.dialect)
+        query = render.select(subplan, self.relation(table), [c.name for c in table.columns])
+        return dialects.for_source(query, self.dialect).sql(self.dialect)
 
     @abstractmethod
     def read(

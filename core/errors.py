@@ -29,6 +29,15 @@ class ReplicaError(HtapError):
     """The replica store is damaged or inconsistent (missing or corrupt delta file, metadata)."""
 
 
+class DamagedReplicaError(ReplicaError):
+    """A delta file is missing or corrupt: the only reason a read marks its table unhealthy."""
+
+
+class InternalQueryError(HtapError):
+    """A query spark-htap generated itself failed on intact data: a bug in spark-htap, never
+    damage, so it fails the query but leaves the table's health alone."""
+
+
 class ShimBuildError(HtapError):
     """The Java catalog shim could not be compiled (no JDK, no pyspark jars)."""
 

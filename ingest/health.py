@@ -106,14 +106,16 @@ def check_retention(cfg: HtapConfig, name: str, retention: Retention, warned: se
 def watch_sources(cfg: HtapConfig, state: ServiceState, stop: threading.Event) -> None:
     """Ask every source what it retains for the replica, every source_check_interval_s."""
     warned: set[str] = set()
-    sources = {name: open_source(src) for name, src in cfg.sources.items()}
+    sources = {}
     while not stop.is_set():
         asked = time.time()
         with MetadataStore(cfg.metadata) as store:
-            positions = {name: store.source_position(name) for name in sources}
-        for name, source in sources.items():
+            positions = {name: store.source_position(name) for name in cfg.sources}
+        for name, config in cfg.sources.items():
             try:
-                retention = source.retention(positions[name])
+                if name not in sources:
+                    sources[name] = open_source(config)
+                retention = sources[name].retention(positions[name])
             except HtapError as e:
                 state.observed(name, asked, None, str(e))
                 continue

@@ -19,7 +19,7 @@ from typing import Iterator, Mapping
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from htap.errors import ConfigError, NoSuchTableError, ReplicaError
+from htap.errors import ConfigError, DamagedReplicaError, HtapError, NoSuchTableError
 from htap.replica.snapshot import ReadPlan
 from htap.seq import parse_seq
 
@@ -27,6 +27,18 @@ from htap.seq import parse_seq
 NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE"
 # Marker the Java shim turns into a SecurityException (HtapBatch).
 PERMISSION_MARKER = "HTAP_PERMISSION_DENIED"
+# Marker of any other error of ours while planning a scan (routing, snapshot, metadata): the Java
+# shim (HtapBatch) turns the line after it into Spark's IllegalArgumentException, so the Spark
+# user sees one readable line, not a Python traceback.
+ERROR_MARKER = "HTAP_ERROR"
+
+
+class PlanningError(Exception):
+    """An HtapError raised while planning a scan, as one marked line for the Java shim."""
+
+    def __init__(self, error: HtapError):
+        line = " ".join(str(error).split())
+        super().__init__(f"{ERROR_MARKER}: {line}")
 
 OPTION_CONFIG = "config"
 OPTION_SOURCE = "source"
@@ -113,25 +125,6 @@ def _open(opts: ScanOptions):
         store.close()
         raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
     return cfg, store, table
-
-
-def query_snapshot(store, source: str, opts: ScanOptions) -> int | None:
-    """The seq every HTAP scan of this query reads at: fixed by the first scan to plan, as the
-    minimum max safe seq of the query's readable tables of this source."""
-    seqs = []
-    for name in opts.snapshot_tables:
-        parts = name.split(".")
-        if len(parts) < 2:
-            continue
-        try:
-            t = store.get_table(source, parts[-2], parts[-1])
-        except NoSuchTableError:
-            continue  # a table of another catalog or source
-        if t.readable and not t.failover:
-            seqs.append(t.max_safe_seq)
-    if not seqs:
-        return None
-    return store.query_snapshot(opts.snapshot_token, source, min(seqs))
 
 
 @dataclass(frozen=True)
@@ -224,11 +217,18 @@ class HtapReader(DataSourceReader):
     """Planning (on the driver): route the scan, fix its snapshot, pin it, check access."""
 
     def __init__(self, opts: ScanOptions, schema: StructType):
-        import time
+        try:
+            self._plan(opts, schema)
+        except (NoSuchTableError, PermissionError):
+            raise
+        except HtapError as e:
+            raise PlanningError(e) from e
 
-        from htap.pushdown.routing import ROUTE_REPLICA, decide
+    def _plan(self, opts: ScanOptions, schema: StructType) -> None:
+        from htap.pushdown.planning import ScanRequest, plan_scan
+        from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access
-        from htap.replica.snapshot import pin_and_plan, queryable_window, seq_for_time
+        from htap.pushdown.source_snapshot import export_held_snapshot
         from htap.rewrite.subplan import PushedSubplan
 
         cfg, store, table = _open(opts)
@@ -236,21 +236,19 @@ class HtapReader(DataSourceReader):
         self.schema = schema
         try:
             subplan = PushedSubplan.from_json(opts.pushed)
-            if opts.user:
+            if opts.user:  # a round trip to the source: before the scan's metadata transaction
                 denied = check_access(source, opts.user, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
-            as_of = opts.as_of_seq
-            if as_of is None and opts.as_of_time is not None:
-                as_of = seq_for_time(store, table, opts.as_of_time)
-            snapshot = None
-            if as_of is None and opts.snapshot_token:
-                snapshot = query_snapshot(store, source.name, opts)
-            window = queryable_window(store, table, cfg.window_s)
-            route = decide(table, window, time.time(), mode=opts.route, as_of=as_of, snapshot=snapshot)
-            store.record_scan(table.id, route.target, route.seq, subplan.to_dict(), route.reason)
-            if route.target == ROUTE_REPLICA:
-                plans = pin_and_plan(store, table, route.seq, cfg.window_s, cfg.pin_ttl_s, subplan)
+            request = ScanRequest(
+                source=source.name, schema=opts.schema, table=opts.table, mode=opts.route,
+                as_of_seq=opts.as_of_seq, as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot,
+                snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables,
+            )
+            plan = plan_scan(store, request, subplan, window_s=cfg.window_s, pin_ttl_s=cfg.pin_ttl_s,
+                             export=lambda: export_held_snapshot(str(cfg.path), source.name))
+            table = plan.table
+            if plan.route.target == ROUTE_REPLICA:
                 self._partitions: list[InputPartition] = [
                     ReplicaPartition(
                         config=str(cfg.path),
@@ -259,13 +257,13 @@ class HtapReader(DataSourceReader):
                         table_label=f"{table.source}.{table.qualified_name}",
                         table_schema_b64=table.arrow_schema_b64,
                         key=table.key,
-                        plan=plan,
+                        plan=read,
                         pushed=opts.pushed,
                     )
-                    for plan in plans
+                    for read in plan.reads
                 ]
             else:
-                self._partitions = [SourcePartition(str(cfg.path), source.name, table.id, opts.pushed, opts.source_snapshot)]
+                self._partitions = [SourcePartition(str(cfg.path), source.name, table.id, opts.pushed, plan.source_snapshot)]
         finally:
             store.close()
 
@@ -278,14 +276,15 @@ class HtapReader(DataSourceReader):
             return
         try:
             yield from self._read(partition)
-        except ReplicaError as e:
-            # A damaged replica: mark the table so queries fail over instead of failing again.
+        except DamagedReplicaError as e:
+            # A missing or corrupt file (and only that): mark the table so queries fail over
+            # instead of failing again, until a re-check finds its files intact.
             from htap.conf import load_config
+            from htap.replica.health import mark_damaged
             from htap.replica.metadata import MetadataStore
-            from htap.replica.models import STATE_UNHEALTHY
 
             with MetadataStore(load_config(partition.config).metadata) as store:
-                store.set_state(partition.table_id, STATE_UNHEALTHY, str(e))
+                mark_damaged(store, partition.table_id, e)
             raise
 
     def _read_source(self, partition: "SourcePartition") -> Iterator:
@@ -296,16 +295,18 @@ class HtapReader(DataSourceReader):
         from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
 
+        import pyarrow as pa
+
         cfg = load_config(partition.config)
         with MetadataStore(cfg.metadata) as store:
             table = store.table_by_id(partition.table_id)
-        yield from read_source(
-            cfg.source(partition.source),
-            table,
-            PushedSubplan.from_json(partition.pushed),
-            to_arrow_schema(self.schema, timezone="UTC"),
-            partition.snapshot,
-        )
+        subplan = PushedSubplan.from_json(partition.pushed)
+        output = to_arrow_schema(self.schema, timezone="UTC")
+        if subplan.needs_no_column:  # `SELECT 1 FROM t`: read the first key column, hand Spark only the rows
+            carrier = table.key[0]
+            subplan, output = subplan.carrying_rows(carrier), pa.schema([table.arrow_schema.field(carrier)])
+        for batch in read_source(cfg.source(partition.source), table, subplan, output, partition.snapshot):
+            yield batch.select([]) if len(self.schema) == 0 else batch
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
         from pathlib import Path

@@ -20,8 +20,9 @@ import pyarrow as pa
 import sqlglot
 
 from htap import engine
-from htap.errors import ReplicaError
+from htap.errors import InternalQueryError
 from htap.replica import dv
+from htap.replica.health import damaged, first_damage
 from htap.replica.merge import current_rows_sql, evolved, versioned_source
 from htap.replica.models import delta_schema
 from htap.replica.snapshot import ReadPlan
@@ -51,10 +52,7 @@ def replica_sql(
     if os.environ.get(BREAK_PUSHDOWN_ENV) == "1":
         broken = tuple(dataclasses.replace(f, op="le") if f.op == "lt" else f for f in subplan.filters)
         subplan = dataclasses.replace(subplan, filters=broken)
-    if not subplan.aggregating and subplan.columns == ():
-        # Spark wants only the rows (`SELECT 1 FROM t`), but DuckDB cannot SELECT no column:
-        # select the first key column, which read_replica drops again (_conform).
-        subplan = dataclasses.replace(subplan, columns=(key[0],))
+    subplan = subplan.carrying_rows(key[0])  # `SELECT 1 FROM t`: _conform drops the column again
     wanted = subplan.referenced_columns()
     needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
@@ -92,7 +90,7 @@ def read_replica(
     files = [str(warehouse / p) for p in delta_paths]
     for f in files:
         if not Path(f).is_file():
-            raise ReplicaError(f"delta file {f} of table {table_label} is missing; the replica is damaged")
+            raise damaged(table_label, f"delta file {f} is missing")
     con = engine.cursor(exact_floats=engine.has_floats(table_schema))
     if files and evolved(delta_versions, added_versions):
         source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
@@ -106,8 +104,11 @@ def read_replica(
             needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
             visible = dv.visible_source(con, warehouse, delta_paths, seq, needed)
             if visible is not None:
-                con.execute(f"CREATE OR REPLACE TEMP VIEW __visible AS SELECT * FROM {visible}")  # this cursor's own
-                source, strategy = "__visible", "direct"
+                try:
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW __visible AS SELECT * FROM {visible}")  # this cursor's own
+                    source, strategy = "__visible", "direct"
+                except duckdb.Error:
+                    pass  # a file went bad since it was checked: the merge reports it
     else:
         con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
         source, strategy = "__no_deltas", "merge"
@@ -117,7 +118,15 @@ def read_replica(
         for batch in reader:
             yield _conform(batch, output_schema)
     except duckdb.Error as e:
-        raise ReplicaError(f"cannot read the deltas of table {table_label} (the replica is damaged): {e}") from e
+        con.close()
+        # Damage only if a file is: our own query failing on intact files is a bug, not damage.
+        problem = first_damage(files)
+        if problem:
+            raise damaged(table_label, problem) from e
+        raise InternalQueryError(
+            f"the replica query of table {table_label} failed on intact files (a spark-htap bug; please report it"
+            f" with this line): {str(e).splitlines()[0]}"
+        ) from e
     finally:
         con.close()
 
@@ -127,7 +136,7 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     if len(schema) == 0:
         return batch.select([])  # the rows, without columns (see replica_sql)
     if batch.num_columns != len(schema):
-        raise ReplicaError(f"replica query returned {batch.num_columns} columns, Spark expects {len(schema)}")
+        raise InternalQueryError(f"replica query returned {batch.num_columns} columns, Spark expects {len(schema)}")
     arrays = [col.cast(field.type) if col.type != field.type else col for col, field in zip(batch.columns, schema)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

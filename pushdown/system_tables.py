@@ -71,9 +71,12 @@ def query(data: pa.Table, subplan: PushedSubplan, output: pa.Schema) -> list[pa.
     con = engine.cursor()
     try:
         con.register("system_rows", data)
-        sql = render.select(subplan, exp.to_table("system_rows"), data.schema.names).sql("duckdb")
+        rows = subplan.carrying_rows(data.schema.names[0])
+        sql = render.select(rows, exp.to_table("system_rows"), data.schema.names).sql("duckdb")
         result = con.sql(sql).to_arrow_table()
     finally:
         con.close()
+    if subplan.needs_no_column:
+        return result.select([]).to_batches()
     arrays = [col.combine_chunks().cast(f.type) for col, f in zip(result.columns, output)]
     return pa.Table.from_arrays(arrays, schema=output).to_batches() if result.num_rows else []

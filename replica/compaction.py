@@ -25,13 +25,14 @@ import duckdb
 
 from htap import engine
 from htap.conf import HtapConfig
-from htap.errors import ConfigError, HtapError, ReplicaError
+from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError
 from htap.observe import COMPACTION_SECONDS
 from htap.replica import dv as dvs
 from htap.replica.deltas import delete_delta_files, partition_dir, write_delta
+from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
-from htap.replica.models import OP, OP_UPSERT, SEQ, STATE_UNHEALTHY, UNSET_MASK, TableInfo
+from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, TableInfo
 from htap.replica.partitions import decode_bounds, partition_count
 from htap.replica.snapshot import queryable_window
 
@@ -100,7 +101,7 @@ def merge(
     files = [str(warehouse / d.path) for d in inputs]
     for f in files:
         if not Path(f).is_file():
-            raise ReplicaError(f"delta file {f} of table {table.source}.{table.qualified_name} is missing")
+            raise damaged(f"{table.source}.{table.qualified_name}", f"delta file {f} is missing")
     columns = table.arrow_schema.names
     keys = ", ".join(f'"{k}"' for k in table.key)
     versions = [d.schema_version for d in inputs]
@@ -119,8 +120,11 @@ def merge(
     con = engine.cursor(exact_floats=engine.has_floats(table.arrow_schema))
     try:
         data = con.sql(sql).to_arrow_table()
-    except (duckdb.IOException, duckdb.InvalidInputException) as e:
-        raise ReplicaError(f"cannot compact table {table.source}.{table.qualified_name}: {e}") from e
+    except duckdb.Error as e:
+        problem = first_damage(files)
+        if problem:
+            raise damaged(f"{table.source}.{table.qualified_name}", problem) from e
+        raise InternalQueryError(f"cannot compact table {table.source}.{table.qualified_name} (intact files): {e}") from e
     finally:
         con.close()
     if data.num_rows == 0:  # everything was garbage: the partition is simply empty now
@@ -136,7 +140,11 @@ def merge(
             return None  # another compaction won the race
         others = [d.path for d in live if d.id not in {i.id for i in inputs}]
         key = list(table.key)
-        new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, warehouse, others))
+        try:
+            new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, warehouse, others))
+        except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
+            log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
+            new = write_delta(warehouse, table, data, part)
         if not store.replace_deltas(table.id, inputs, [new]):
             delete_delta_files(warehouse, new.path)
             return None
@@ -179,16 +187,20 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
         return
     policy = Policy.from_config(cfg)
     store = MetadataStore(cfg.metadata)
+    rechecked: dict[int, float] = {}
     try:
         while not stop.wait(cfg.compaction_interval_s):
             for table in store.list_tables():
+                if auto_recheckable(table) and store.clock() - rechecked.get(table.id, 0.0) >= RECHECK_INTERVAL_S:
+                    rechecked[table.id] = store.clock()
+                    log.warning("%s: %s", table.qualified_name, recheck(cfg.warehouse, store, table).detail)
                 if not table.readable:
                     continue
                 try:
                     compact_table(cfg, store, table, policy)
-                except ReplicaError as e:
+                except DamagedReplicaError as e:
                     log.error("%s: marked unhealthy: %s", table.qualified_name, e)
-                    store.set_state(table.id, STATE_UNHEALTHY, str(e))
+                    mark_damaged(store, table.id, e)
                 except HtapError as e:
                     log.error("compaction of %s failed: %s", table.qualified_name, e)
             collect_garbage(cfg, store)

@@ -44,6 +44,13 @@ SCHEMA_VERSION = 6
 _LEASES: dict[tuple[str, int], tuple[int, float]] = {}
 _LEASES_LOCK = threading.Lock()
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
+QUERY_READS_SOURCE = -1  # query_snapshots.seq of a query that reads a source itself (at an exported snapshot)
+# Created on first use (stores made before it work unchanged): the exported source snapshot of a
+# query that reads a source itself.
+_SOURCE_SNAPSHOTS = (
+    "query_source_snapshots (token TEXT NOT NULL, source TEXT NOT NULL, snapshot TEXT NOT NULL,"
+    " created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (token, source))"
+)
 
 _TABLES = [
     ("meta", "key TEXT PRIMARY KEY, value TEXT NOT NULL"),
@@ -233,6 +240,7 @@ class MetadataStore:
         manual clock to drive pin expiry and the queryable window step by step."""
         self.location = str(location)
         self.clock = clock
+        self._depth = 0  # open transaction() levels
         if is_postgres_location(location):
             self._db: _Backend = _Postgres(self.location)
         else:
@@ -276,22 +284,35 @@ class MetadataStore:
     @contextmanager
     def _tx(self, durable: bool = True) -> Iterator[None]:
         """One write transaction; `durable=False` for what a crash may forget (leases: their
-        readers die with the crash), which then costs no fsync."""
+        readers die with the crash), which then costs no fsync. Inside `transaction()` it is
+        part of the caller's transaction (durable as that one is)."""
+        if self._depth:
+            yield
+            return
         if not durable:
             self._db.relax()
         try:
             self._db.begin()
+            self._depth += 1
             try:
                 if not durable:
                     self._db.relaxed()
                 yield
             except BaseException:
+                self._depth -= 1
                 self._db.rollback()
                 raise
+            self._depth -= 1
             self._db.commit()
         finally:
             if not durable:
                 self._db.restore()
+
+    def transaction(self):
+        """One metadata transaction around several calls of this store (they join it): what the
+        calls read and write is one consistent state, e.g. a scan's snapshot, window, pin and
+        routing record (htap.pushdown.planning)."""
+        return self._tx()
 
     def _x(self, sql: str, params=()):
         return self._db.execute(sql, params)
@@ -698,6 +719,38 @@ class MetadataStore:
             )
             self._x("DELETE FROM query_snapshots WHERE created_at < ?", (now - 86_400,))
             return self._one("SELECT seq FROM query_snapshots WHERE token = ? AND source = ?", (token, source))[0]
+
+    def fixed_query_snapshot(self, token: str, source: str) -> int | None:
+        """The snapshot seq a query's first scan fixed on a source (QUERY_READS_SOURCE: the query
+        reads that source itself, see `query_source_snapshot`), or None if none is fixed yet."""
+        row = self._one("SELECT seq FROM query_snapshots WHERE token = ? AND source = ?", (token, source))
+        return None if row is None else row[0]
+
+    def fix_query_source_snapshot(self, token: str, source: str, snapshot: str) -> str:
+        """Fix that a query reads `source` itself at the exported `snapshot`, unless a scan of the
+        same query fixed something first; returns the source snapshot the query uses (None if
+        the first scan fixed a replica seq)."""
+        now = self.clock()
+        with self._tx():
+            self._x(f"CREATE TABLE IF NOT EXISTS {_SOURCE_SNAPSHOTS}")
+            self._x(
+                "INSERT INTO query_snapshots (token, source, seq, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (token, source) DO NOTHING",
+                (token, source, QUERY_READS_SOURCE, now),
+            )
+            self._x(
+                "INSERT INTO query_source_snapshots (token, source, snapshot, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (token, source) DO NOTHING",
+                (token, source, snapshot, now),
+            )
+            self._x("DELETE FROM query_source_snapshots WHERE created_at < ?", (now - 86_400,))
+            return self.query_source_snapshot(token, source)
+
+    def query_source_snapshot(self, token: str, source: str) -> str | None:
+        if self.fixed_query_snapshot(token, source) != QUERY_READS_SOURCE:
+            return None
+        row = self._one("SELECT snapshot FROM query_source_snapshots WHERE token = ? AND source = ?", (token, source))
+        return row[0]
 
     # --- scans ----------------------------------------------------------------------------------
 

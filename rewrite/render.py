@@ -81,6 +81,8 @@ def aggregate(a: Aggregate) -> exp.Expression:
 
 def select(subplan: PushedSubplan, source: exp.Expression, all_columns: list[str]) -> exp.Select:
     """SELECT the subplan's output from `source` (a table or subquery holding current rows)."""
+    if subplan.needs_no_column:
+        raise SubplanError("a subplan that selects no column cannot be rendered: use subplan.carrying_rows(column)")
     if subplan.aggregating:
         outputs = [column(c) for c in subplan.group_by]
         outputs += [aggregate(a).as_(f"agg{i}", quoted=True) for i, a in enumerate(subplan.aggregates)]

@@ -73,6 +73,18 @@ class PushedSubplan:
     def aggregating(self) -> bool:
         return bool(self.aggregates) or bool(self.group_by)
 
+    @property
+    def needs_no_column(self) -> bool:
+        """Spark wants only the rows (`SELECT 1 FROM t`, `count(*)` it computes itself)."""
+        return not self.aggregating and self.columns == ()
+
+    def carrying_rows(self, column: str) -> "PushedSubplan":
+        """This subplan, with `column` selected when it needs no column: no SQL dialect we render
+        can select nothing (`SELECT FROM t`), so the reader selects one column and drops it."""
+        if not self.needs_no_column:
+            return self
+        return PushedSubplan(columns=(column,), filters=self.filters, raw=self.raw)
+
     def referenced_columns(self) -> set[str]:
         """Every table column the subplan reads (to prune what is scanned)."""
         cols: set[str] = set(self.columns or ())

@@ -86,36 +86,74 @@ def _duck_column(name: str, t: pa.DataType) -> str:
     raise CanonicalError(f"column {name} (Arrow {t}) cannot be verified yet")
 
 
+def _my_column(name: str, source_type: str, t: pa.DataType, c: str) -> str:
+    """MySQL/MariaDB: `c` is the column's value as the replica holds it (the initial copy's
+    expression, htap.connectors.mytypes.copy_expression); the session time zone is UTC."""
+    if pa.types.is_integer(t):
+        return f"CAST({c} AS CHAR)"
+    if pa.types.is_decimal(t):
+        return f"CAST(CAST({c} AS DECIMAL({t.precision},{t.scale})) AS CHAR)"
+    if pa.types.is_date32(t):
+        return f"CAST(DATEDIFF({c}, '1970-01-01') AS CHAR)"
+    if pa.types.is_timestamp(t):
+        return f"CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {c}) AS CHAR)"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return f"LOWER(HEX({c}))"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return f"CAST({c} AS CHAR)"
+    # Floats: MySQL has no way to spell a double's bits, and its shortest text differs from DuckDB's.
+    raise CanonicalError(f"column {name} ({source_type}, Arrow {t}) cannot be verified on a MySQL/MariaDB source yet")
+
+
 def _field(value: str, text: str, dialect: str) -> str:
+    if dialect == "mysql":
+        return f"CASE WHEN {value} IS NULL THEN 'N' ELSE CONCAT(LENGTH({text}), ':', {text}) END"
     size = f"octet_length({text})::text" if dialect == "postgres" else f"CAST(strlen({text}) AS VARCHAR)"
     return f"CASE WHEN {value} IS NULL THEN 'N' ELSE {size} || ':' || {text} END"
 
 
-class Canonical:
-    """The canonical SQL expressions of one table, for Postgres and for DuckDB."""
+def qi_my(name: str) -> str:
+    """A MySQL quoted identifier."""
+    return "`" + name.replace("`", "``") + "`"
 
-    def __init__(self, table: TableInfo):
+
+class Canonical:
+    """The canonical SQL expressions of one table, for its source (`source_dialect`: postgres or
+    mysql) and for DuckDB."""
+
+    def __init__(self, table: TableInfo, source_dialect: str = "postgres"):
         schema = table.arrow_schema
         self.table = table
         self.columns = list(schema.names)
         self.key = list(table.key)
         by_name = {c.name: c for c in table.columns}
-        # Postgres' side starts from each value's fate (NaN numerics NULL, infinite dates clamped, ...).
-        self.pg_value = {
-            f.name: replica_value_sql(f.name, by_name[f.name].source_type, f.type, by_name[f.name].override)
-            if f.name in by_name else qi(f.name)
-            for f in schema
-        }
-        self.pg = {
-            f.name: _pg_column(f.name, by_name[f.name].source_type if f.name in by_name else "?", f.type, self.pg_value[f.name])
-            for f in schema
-        }
+        source_type = {f.name: by_name[f.name].source_type if f.name in by_name else "?" for f in schema}
+        # The source side starts from each value's fate (NaN numerics NULL, infinite dates clamped, ...).
+        if source_dialect == "mysql":
+            from htap.connectors.mytypes import copy_expression
+
+            self.source_value = {
+                f.name: copy_expression(f.name, by_name[f.name].source_type, by_name[f.name].override)
+                if f.name in by_name else qi_my(f.name)
+                for f in schema
+            }
+            self.source = {f.name: _my_column(f.name, source_type[f.name], f.type, self.source_value[f.name]) for f in schema}
+        else:
+            self.source_value = {
+                f.name: replica_value_sql(f.name, by_name[f.name].source_type, f.type, by_name[f.name].override)
+                if f.name in by_name else qi(f.name)
+                for f in schema
+            }
+            self.source = {f.name: _pg_column(f.name, source_type[f.name], f.type, self.source_value[f.name]) for f in schema}
         self.duck = {f.name: _duck_column(f.name, f.type) for f in schema}
 
     def text(self, dialect: str, columns: list[str] | None = None) -> str:
-        exprs = self.pg if dialect == "postgres" else self.duck
-        values = self.pg_value if dialect == "postgres" else {c: qi(c) for c in self.columns}
+        """`dialect`: duckdb, or the source's."""
+        exprs = self.duck if dialect == "duckdb" else self.source
+        values = {c: qi(c) for c in self.columns} if dialect == "duckdb" else self.source_value
         parts = [_field(values[c], exprs[c], dialect) for c in (columns or self.columns)]
+        if dialect == "mysql":
+            return "CONCAT(" + ", '|', ".join(parts) + ")"
         return " || '|' || ".join(parts)
 
     def row_md5(self, dialect: str) -> str:
@@ -125,6 +163,8 @@ class Canonical:
         md5 = self.row_md5(dialect)
         if dialect == "postgres":
             return f"('x' || substr({md5}, 1, {HASH_HEX_DIGITS}))::bit({HASH_HEX_DIGITS * 4})::bigint"
+        if dialect == "mysql":
+            return f"CAST(CONV(SUBSTR({md5}, 1, {HASH_HEX_DIGITS}), 16, 10) AS UNSIGNED)"
         return f"CAST('0x' || substr({md5}, 1, {HASH_HEX_DIGITS}) AS BIGINT)"
 
     def key_text(self, dialect: str) -> str:

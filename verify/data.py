@@ -6,8 +6,10 @@
    bounds plus equal-count quantiles of the replica's keys (`range_rows` rows per range). The
    first and last ranges are open, so source rows outside the replica's key span are counted.
 3. Per range, both sides compute (row count, sum of 60-bit row hashes) over the same canonical
-   row text (htap.verify.canonical): Postgres as one aggregate query inside a transaction at the
-   exported snapshot (only two numbers travel), the replica in DuckDB over the merged rows at S.
+   row text (htap.verify.canonical): the source as one aggregate query inside a transaction at the
+   exported snapshot (only two numbers travel; Postgres or MySQL/MariaDB SQL), the replica in
+   DuckDB over the merged rows at S. A MySQL/MariaDB snapshot lives in one transaction only, so
+   its ranges are checked one after another on that connection.
 4. Only for a range whose checksums differ, both sides list (key, row md5); the differences are
    reported by key as missing (in the source, not the replica), extra (in the replica only) and
    different (both, other values: with the differing columns and both values).
@@ -43,7 +45,7 @@ from htap.replica.models import STATE_UNHEALTHY, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
 from htap.replica.snapshot import ReadPlan, plan_reads, queryable_window
 from htap.rewrite.subplan import Literal, Predicate, PushedSubplan
-from htap.verify.canonical import Canonical, prepare_batch, prepared_schema, qi
+from htap.verify.canonical import Canonical, prepare_batch, prepared_schema, qi, qi_my
 from htap.verify.snapshot import ExportedSnapshot, VerifyError, wait_for_seq
 
 log = logging.getLogger(__name__)
@@ -119,8 +121,14 @@ class KeyRange:
             out.append(Predicate("lt", col=key0, value=_literal(self.hi, t)))
         return tuple(out)
 
-    def pg_where(self, key0: str, t: pa.DataType) -> tuple[str, list]:
-        col = qi(key0) + (' COLLATE "C"' if pa.types.is_string(t) or pa.types.is_large_string(t) else "")
+    def source_where(self, key0: str, t: pa.DataType, dialect: str) -> tuple[str, list]:
+        """The range as a WHERE clause of the source's SQL; strings compare by code point, as
+        DuckDB placed the bounds (Postgres: the C collation; MySQL: the UTF-8 bytes)."""
+        text = pa.types.is_string(t) or pa.types.is_large_string(t)
+        if dialect == "mysql":
+            col = f"CAST({qi_my(key0)} AS BINARY)" if text else qi_my(key0)
+        else:
+            col = qi(key0) + (' COLLATE "C"' if text else "")
         where, params = [], []
         if self.lo is not None:
             where.append(f"{col} >= %s")
@@ -215,8 +223,7 @@ class TableCheck:
 
 class DataVerifier:
     def __init__(self, cfg: HtapConfig, source: SourceConfig, snap: ExportedSnapshot, opts: DataOptions):
-        if open_queryable(source).dialect != "postgres":
-            raise VerifyError(f"source {source.name}: `htap verify data` computes its checksums in Postgres SQL only so far")
+        self.dialect = open_queryable(source).dialect  # the source side's SQL (postgres or mysql)
         self.cfg = cfg
         self.source = source
         self.snap = snap
@@ -262,7 +269,7 @@ class DataVerifier:
         check.table = table
         check.seq = self.snap.seq
         check.source_position = self.snap.position
-        check.canonical = Canonical(table)
+        check.canonical = Canonical(table, self.dialect)
         window = queryable_window(store, table, self.cfg.window_s)
         if window is None or not window.min_seq <= self.snap.seq <= window.max_seq:
             raise VerifyError(f"{table.qualified_name}: seq {self.snap.seq} is outside the replica's queryable window {window}")
@@ -321,12 +328,13 @@ class DataVerifier:
     # --- the source side ---
 
     def _relation(self, table: TableInfo) -> str:
-        return f"{qi(table.schema)}.{qi(table.name)}"
+        q = qi_my if self.dialect == "mysql" else qi
+        return f"{q(table.schema)}.{q(table.name)}"
 
     def _source_checksum(self, check: TableCheck, rng: KeyRange, estimate: int) -> tuple[int, int]:
-        where, params = rng.pg_where(check.key0, check.key0_type)
+        where, params = rng.source_where(check.key0, check.key0_type, self.dialect)
         sql = (
-            f"SELECT count(*), coalesce(sum(h), 0) FROM (SELECT {check.canonical.row_hash('postgres')} AS h"
+            f"SELECT count(*), coalesce(sum(h), 0) FROM (SELECT {check.canonical.row_hash(self.dialect)} AS h"
             f" FROM {self._relation(check.table)} WHERE {where}) q"
         )
         ((n, s),) = self._source_query(sql, params, estimate)
@@ -363,9 +371,9 @@ class DataVerifier:
             replica = dict(con.execute(f"SELECT {canon.key_text('duckdb')}, {canon.row_md5('duckdb')} FROM rows").fetchall())
         finally:
             con.close()
-        where, params = rng.pg_where(check.key0, check.key0_type)
+        where, params = rng.source_where(check.key0, check.key0_type, self.dialect)
         src = self._source_query(
-            f"SELECT {canon.key_text('postgres')}, {canon.row_md5('postgres')} FROM {self._relation(check.table)} WHERE {where}",
+            f"SELECT {canon.key_text(self.dialect)}, {canon.row_md5(self.dialect)} FROM {self._relation(check.table)} WHERE {where}",
             params,
             estimate,
         )
@@ -402,13 +410,14 @@ class DataVerifier:
         if not keys:
             return {}
         canon = check.canonical
-        where, params = rng.pg_where(check.key0, check.key0_type)
-        texts = ", ".join(canon.column_text("postgres", c) for c in canon.columns)
-        raw = ", ".join(qi(c) for c in canon.columns)
+        where, params = rng.source_where(check.key0, check.key0_type, self.dialect)
+        texts = ", ".join(canon.column_text(self.dialect, c) for c in canon.columns)
+        raw = ", ".join((qi_my if self.dialect == "mysql" else qi)(c) for c in canon.columns)
+        in_keys = "IN %s" if self.dialect == "mysql" else "= ANY(%s)"  # pymysql spells a tuple as a list
         rows = self._source_query(
-            f"SELECT {canon.key_text('postgres')}, {texts}, {raw} FROM {self._relation(check.table)}"
-            f" WHERE {where} AND {canon.key_text('postgres')} = ANY(%s)",
-            [*params, keys],
+            f"SELECT {canon.key_text(self.dialect)}, {texts}, {raw} FROM {self._relation(check.table)}"
+            f" WHERE {where} AND {canon.key_text(self.dialect)} {in_keys}",
+            [*params, tuple(keys) if self.dialect == "mysql" else keys],
             len(keys),
         )
         return {r[0]: _row_entry(canon, r[1 : 1 + len(canon.columns)], r[1 + len(canon.columns) :]) for r in rows}
@@ -494,7 +503,8 @@ def verify_data(cfg: HtapConfig, tables: list[str] | None = None, opts: DataOpti
                         if check.pin_id is not None:
                             leases.enter_context(kept(str(cfg.metadata), check.pin_id, cfg.pin_ttl_s))
                     work = [(c, r) for c in checks if c.error is None for r in c.ranges]
-                    with ThreadPoolExecutor(max_workers=max(1, opts.parallelism), thread_name_prefix="verify") as pool:
+                    workers = max(1, min(opts.parallelism, snap.max_connections or opts.parallelism))
+                    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as pool:
                         outcomes = list(pool.map(lambda cr: (cr[0], verifier.check_range(*cr)), work))
                 for check, outcome in outcomes:
                     check.outcomes.append(outcome)

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from unit_support import HEAVY_PROPERTY, cmp, in_, is_null, matches, not_, or_, sortable
 
 from htap import engine
-from htap.errors import ReplicaError
+from htap.errors import DamagedReplicaError, InternalQueryError, ReplicaError
 from htap.pushdown.replica_reader import BREAK_PUSHDOWN_ENV, read_replica, replica_sql
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
@@ -377,19 +377,41 @@ def test_read_replica_without_deltas_is_empty(tmp_path):
 
 
 def test_read_replica_names_a_missing_delta(tmp_path):
-    with pytest.raises(ReplicaError, match=r"delta file .*gone.parquet of table public.t is missing; the replica is damaged"):
+    with pytest.raises(DamagedReplicaError, match=r"^damaged replica: delta file .*gone.parquet is missing \(table public.t\)"):
         list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["gone.parquet"], 5, PushedSubplan(), SCHEMA))
 
 
 def test_read_replica_names_a_corrupt_delta(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
-    with pytest.raises(ReplicaError, match="cannot read the deltas of table public.t"):
+    with pytest.raises(DamagedReplicaError, match=r"^damaged replica: delta file .*bad.parquet is corrupt"):
         list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["bad.parquet"], 5, PushedSubplan(), SCHEMA))
+
+
+def test_a_corrupt_page_behind_an_intact_footer_is_damage(tmp_path):
+    rows = [version(k, k * 7919, f"x{k}" * 5, k / 7, seq=1) for k in range(20000)]
+    pq.write_table(as_delta(rows), tmp_path / "d.parquet", compression="zstd")
+    data = bytearray((tmp_path / "d.parquet").read_bytes())
+    data[len(data) // 3: len(data) // 3 + 2000] = b"\xff" * 2000  # inside the data pages, footer untouched
+    (tmp_path / "d.parquet").write_bytes(bytes(data))
+    sp = PushedSubplan(aggregates=(Aggregate("sum", "a"), Aggregate("count", "b")))
+    out = pa.schema([("s", pa.decimal128(38, 0)), ("n", pa.int64())])
+    with pytest.raises(DamagedReplicaError, match="d.parquet is corrupt"):
+        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, sp, out))
+
+
+def test_our_own_failing_sql_over_intact_files_is_not_damage(tmp_path):
+    # A pushed filter DuckDB cannot evaluate here ('x' is no integer): an error in our SQL, not
+    # in the files, so it must not mark the table unhealthy (only DamagedReplicaError does).
+    pq.write_table(as_delta([version(1, 5, "x", seq=1)]), tmp_path / "d.parquet")
+    sp = PushedSubplan(columns=("k",), filters=(cmp("eq", "a", "string", "x"),))
+    with pytest.raises(InternalQueryError, match="failed on intact files") as e:
+        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, sp, pa.schema([("k", pa.int64())])))
+    assert not isinstance(e.value, ReplicaError)
 
 
 def test_read_replica_refuses_a_result_of_the_wrong_width(tmp_path):
     pq.write_table(as_delta([version(1, seq=1)]), tmp_path / "d.parquet")
-    with pytest.raises(ReplicaError, match="replica query returned 4 columns, Spark expects 1"):
+    with pytest.raises(InternalQueryError, match="replica query returned 4 columns, Spark expects 1"):
         list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, PushedSubplan(), pa.schema([("k", pa.int64())])))
 
 

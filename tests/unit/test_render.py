@@ -404,3 +404,18 @@ predicates = st.recursive(
 def test_duckdb_sql_agrees_with_the_three_valued_model(con, filters):
     expected = [r["id"] for r in DICTS if matches(filters, r)]
     assert ids(con, *filters) == expected
+
+
+def test_a_subplan_that_selects_no_column_is_never_rendered_empty(con):
+    # `SELECT FROM t` is a parser error in DuckDB (and MySQL): the readers select one carrier column.
+    empty = PushedSubplan(columns=(), filters=(Predicate("gt", col="n", value=Literal("long", 3)),))
+    with pytest.raises(SubplanError, match="carrying_rows"):
+        render.select(empty, exp.to_table("t"), ALL_COLUMNS)
+    carried = empty.carrying_rows("id")
+    assert carried.columns == ("id",) and carried.filters == empty.filters
+    for dialect in ("duckdb", "postgres", "mysql"):
+        assert render.select(carried, exp.to_table("t"), ALL_COLUMNS).sql(dialect).startswith("SELECT ")
+    assert sorted(r[0] for r in run(con, carried)) == [4, 5, 6, 7, 9, 10, 11, 12]
+    counting = PushedSubplan(columns=(), aggregates=(Aggregate("count_star"),))
+    assert counting.carrying_rows("id") is counting  # an aggregate selects something already
+

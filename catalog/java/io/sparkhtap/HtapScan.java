@@ -71,23 +71,42 @@ public class HtapScan implements Scan {
     return snapshotToken == null ? description : description + " snapshot=" + snapshotToken;
   }
 
+  // Spark may build the Python reader (routing, snapshot, access check) behind any of these:
+  // each turns our marked errors into one readable line (HtapBatch.translate).
+
   @Override
   public Batch toBatch() {
-    return new HtapBatch(python().toBatch());
+    try {
+      return new HtapBatch(python().toBatch());
+    } catch (Exception e) {
+      throw HtapBatch.translate(e);
+    }
   }
 
   @Override
   public CustomMetric[] supportedCustomMetrics() {
-    return python().supportedCustomMetrics();
+    try {
+      return python().supportedCustomMetrics();
+    } catch (Exception e) {
+      throw HtapBatch.translate(e);
+    }
   }
 
   @Override
   public CustomTaskMetric[] reportDriverMetrics() {
-    return python().reportDriverMetrics();
+    try {
+      return python().reportDriverMetrics();
+    } catch (Exception e) {
+      throw HtapBatch.translate(e);
+    }
   }
 
   @Override
   public ColumnarSupportMode columnarSupportMode() {
-    return python().columnarSupportMode();
+    try {
+      return python().columnarSupportMode();
+    } catch (Exception e) {
+      throw HtapBatch.translate(e);
+    }
   }
 }

@@ -1,0 +1,67 @@
+"""Source dialects: what a rendered subplan needs so that a source answers what Spark would.
+
+`render.select` builds one expression tree for every engine. A source dialect may lack a value
+Spark's literals can hold or spell a literal with other semantics; `for_source` rewrites the tree
+for it. String semantics (code-point order, no padding, case-sensitive equality) come from the
+relation each source reads (see `QueryableSource.relation`), not from here.
+
+MySQL/MariaDB:
+- DOUBLE holds no NaN or infinity (`CAST('inf' AS DOUBLE)` is 0 with a warning), so a comparison
+  with one is decided from Spark's order (NaN above everything, then +inf): `d < NaN` holds for
+  every non-NULL `d`, `d = +inf` for none. Three-valued logic is kept: "always" is `d = d` and
+  "never" is `d <> d` (both NULL for a NULL `d`); null-safe equality is plainly FALSE.
+- A timestamp literal is its UTC wall time as DATETIME(6) (sessions run in UTC; MySQL's
+  `TIMESTAMP('...+00:00')` and a bare DATETIME cast would drop the offset or the microseconds).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+_ORDER = {"nan": 2, "inf": 1, "-inf": -1}  # where a special double sits against every finite one
+_HOLDS = {  # comparison -> sign of (column - literal) for which it holds, given literal position
+    exp.EQ: lambda pos: False,
+    exp.GT: lambda pos: pos < 0,
+    exp.GTE: lambda pos: pos < 0,
+    exp.LT: lambda pos: pos > 0,
+    exp.LTE: lambda pos: pos > 0,
+}
+
+
+def _special_double(node: exp.Expression) -> str | None:
+    """'nan', 'inf' or '-inf' when `node` is the renderer's spelling of that double literal."""
+    if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DOUBLE) and isinstance(node.this, exp.Literal):
+        text = node.this.name.lower()
+        if node.this.is_string and text in _ORDER:
+            return text
+    return None
+
+
+def _always(column: exp.Expression, holds: bool) -> exp.Expression:
+    return (exp.EQ if holds else exp.NEQ)(this=column.copy(), expression=column.copy())
+
+
+def _mysql(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.NullSafeEQ) and _special_double(node.expression):
+        return exp.false()
+    if type(node) in _HOLDS and _special_double(node.expression):
+        return exp.paren(_always(node.this, _HOLDS[type(node)](_ORDER[_special_double(node.expression)])), copy=False)
+    if isinstance(node, exp.In) and any(_special_double(v) for v in node.expressions):
+        kept = [v for v in node.expressions if not _special_double(v)]
+        if not kept:
+            return exp.paren(_always(node.this, False), copy=False)
+        return exp.In(this=node.this, expressions=kept)
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        if node.to.is_type(exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMP):
+            wall = node.this.name.removesuffix("+00:00")
+            return exp.Cast(this=exp.Literal.string(wall), to=exp.DataType.build("DATETIME(6)", dialect="mysql"))
+    return node
+
+
+_TRANSFORMS = {"mysql": _mysql}
+
+
+def for_source(query: exp.Expression, dialect: str) -> exp.Expression:
+    """`query` (from render.select) rewritten for a source dialect (a copy)."""
+    transform = _TRANSFORMS.get(dialect)
+    return query if transform is None else query.transform(transform)

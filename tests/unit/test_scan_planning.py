@@ -1,0 +1,96 @@
+"""pushdown/planning.py over a real SQLite metadata store: one transaction per scan, one snapshot
+per query and source — all replica at one seq, or all source at one exported snapshot."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from htap.pushdown.planning import ScanRequest, plan_scan
+from htap.pushdown.routing import RoutingError
+from htap.replica.metadata import MetadataStore, NewDelta
+from htap.replica.models import Column
+from htap.rewrite.subplan import PushedSubplan
+
+WINDOW_S, PIN_TTL_S = 3600.0, 60.0
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = MetadataStore(tmp_path / "m.db", create=True)
+    for name in ("a", "b"):
+        t = s.add_table("src", "public", name, [Column("id", "integer", False)], ["id"], "schema")
+        s.start_copy(t.id)
+        s.finish_copy(t.id, [NewDelta(t.id, f"{name}0", 100, 100, 1, 10, 0, 0)], copy_seq=100, partition_bounds=None)
+    s.commit_checkpoint("src", [], 110, time.time())
+    yield s
+    s.close()
+
+
+class Exports:
+    def __init__(self):
+        self.names: list[str] = []
+
+    def __call__(self) -> str:
+        self.names.append(f"snap-{len(self.names)}")
+        return self.names[-1]
+
+
+def scan(store, table, token="q1", mode="auto", exports=None, **kw):
+    req = ScanRequest(source="src", schema="public", table=table, mode=mode, snapshot_token=token,
+                      snapshot_tables=("cat.public.a", "cat.public.b"), **kw)
+    return plan_scan(store, req, PushedSubplan(), window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S, export=exports or Exports())
+
+
+def test_scans_of_one_query_read_the_replica_at_the_seq_the_first_fixed(store):
+    first = scan(store, "a")
+    store.commit_checkpoint("src", [], 150, time.time())  # a checkpoint lands between the two scans
+    second = scan(store, "b")
+    assert first.route.target == second.route.target == "replica"
+    assert first.route.seq == second.route.seq == 110
+    assert scan(store, "a", token="q2").route.seq == 150  # the next query reads newer data
+    assert [r.seq for r in store.recent_scans(store.get_table("src", "public", "b").id, 1)] == [110]
+    assert store.live_pins()  # pinned in the same transaction
+
+
+def test_a_failed_over_table_sends_every_table_of_its_source_to_one_exported_snapshot(store):
+    store.set_failover(store.get_table("src", "public", "b").id, True)
+    exports = Exports()
+    a, b, again = scan(store, "a", exports=exports), scan(store, "b", exports=exports), scan(store, "a", exports=exports)
+    assert [p.route.target for p in (a, b, again)] == ["source"] * 3
+    assert exports.names == ["snap-0"]  # exported once, by the query's first scan
+    assert a.source_snapshot == b.source_snapshot == again.source_snapshot == "snap-0"
+    assert not store.live_pins()
+    assert store.recent_scans(a.table.id, 1)[0].reason.startswith("another table of its source in the query must come")
+    assert store.recent_scans(b.table.id, 1)[0].reason.startswith("failed over to the source: failover is on for the table;")
+
+
+def test_a_table_that_fails_over_after_the_snapshot_was_fixed_still_reads_it_or_errors(store):
+    first = scan(store, "a")
+    b = store.get_table("src", "public", "b")
+    store.set_failover(b.id, True)  # the query's decision stands: b's replica still holds seq 110
+    assert scan(store, "b").route == first.route.__class__("replica", 110, "replica healthy and fresh (the query's snapshot)")
+    store.set_state(b.id, "unhealthy", "damaged replica: x")
+    with pytest.raises(RoutingError, match="reads its source's tables at replica seq 110.*re-run the query"):
+        scan(store, "b")  # never the source now, mixed with a replica snapshot
+
+
+def test_route_replica_refuses_a_query_any_of_whose_tables_needs_the_source(store):
+    store.set_failover(store.get_table("src", "public", "b").id, True)
+    with pytest.raises(RoutingError, match=r"public\.b: the catalog requires the replica"):
+        scan(store, "a", mode="replica")
+
+
+def test_the_verifiers_source_snapshot_is_used_and_nothing_is_exported(store):
+    exports = Exports()
+    plan = scan(store, "a", mode="source", exports=exports, source_snapshot="given")
+    assert plan.route.target == "source" and plan.source_snapshot == "given" and exports.names == []
+
+
+def test_time_travel_and_lone_scans_decide_alone(store):
+    assert scan(store, "a", token=None).route.seq == 110
+    store.commit_checkpoint("src", [], 150, time.time())
+    assert scan(store, "a", token="q3", as_of_seq=105).route.seq == 105
+    with pytest.raises(RoutingError, match="cannot time travel"):
+        scan(store, "a", as_of_seq=1)
