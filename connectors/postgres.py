@@ -357,8 +357,8 @@ class PostgresSource(ChangeSource, QueryableSource):
             return "the source runs on another machine (its processes are not in /proc here)"
         return int(stat.rsplit(")", 1)[1].split()[1])  # the postmaster: the backend's parent
 
-    def export_snapshot(self) -> "PostgresSnapshot":
-        return PostgresSnapshot(self.config)
+    def export_snapshot(self, *, exact_seq: bool = True) -> "PostgresSnapshot":
+        return PostgresSnapshot(self.config) if exact_seq else PostgresQuerySnapshot(self.config)
 
     def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
         # pgoutput delivers values in Postgres' text format.
@@ -601,13 +601,47 @@ class PostgresSnapshot(SourceSnapshot):
         return {**super().to_dict(), "consistent_point": self.lsn}
 
     def open_transaction(self):
-        conn = connect(self.source.dsn)
+        return _import_snapshot(self.source, self.name)
+
+
+class PostgresQuerySnapshot(SourceSnapshot):
+    """A snapshot for the reads of one failover query: `pg_export_snapshot()` in an open
+    REPEATABLE READ transaction. Unlike `PostgresSnapshot` it needs no replication slot — creating
+    a slot waits for every running write transaction to end and counts against
+    `max_replication_slots` — and its seq is unknown, which a failover query does not need: its
+    source reads only have to agree with each other."""
+
+    def __init__(self, source: SourceConfig):
+        self.source = source
+        self.conn = connect(source.dsn)
         try:
-            conn.autocommit = False
-            with conn.cursor() as cur:
+            self.conn.autocommit = False
+            with self.conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                cur.execute("SET TRANSACTION SNAPSHOT %s", (self.name,))
+                cur.execute("SELECT pg_export_snapshot(), pg_current_wal_lsn()::text")
+                self.name, self.position = cur.fetchone()
         except psycopg2.Error as e:
-            conn.close()
-            raise SourceError(f"cannot import snapshot {self.name} on source {self.source.name}: {e}") from e
-        return conn
+            self.conn.close()
+            raise SourceError(f"cannot export a snapshot of source {source.name}: {e}") from e
+        self.seq = -1  # not tied to a replica seq (see the class docstring)
+
+    def close(self) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+
+    def open_transaction(self):
+        return _import_snapshot(self.source, self.name)
+
+
+def _import_snapshot(source: SourceConfig, name: str):
+    """A connection in a read-only transaction at the exported snapshot `name`."""
+    conn = connect(source.dsn)
+    try:
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute("SET TRANSACTION SNAPSHOT %s", (name,))
+    except psycopg2.Error as e:
+        conn.close()
+        raise SourceError(f"cannot import snapshot {name} on source {source.name}: {e}") from e
+    return conn

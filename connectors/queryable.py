@@ -90,5 +90,7 @@ class QueryableSource(ABC):
         return "this source cannot name its server process"
 
     @abstractmethod
-    def export_snapshot(self) -> SourceSnapshot:
-        """A snapshot of the whole source that equals the replica at one seq."""
+    def export_snapshot(self, *, exact_seq: bool = True) -> SourceSnapshot:
+        """A snapshot of the whole source. With `exact_seq` (the verifiers) it equals the replica
+        at one seq; without (a failover query, which only needs its reads to agree with each
+        other) a source may export a cheaper one whose `seq` is unknown (-1)."""

@@ -255,5 +255,6 @@ class MySQLQueryable(QueryableSource):
         except (OSError, ValueError, TypeError):
             return "the source runs on another machine (its pid file is not here)"
 
-    def export_snapshot(self) -> MySQLSnapshot:
+    def export_snapshot(self, *, exact_seq: bool = True) -> MySQLSnapshot:
+        # One kind only: a consistent snapshot is as cheap as it gets here, and carries its position.
         return MySQLSnapshot(self.config)
