@@ -155,9 +155,6 @@ def partition_lock(folder: Path) -> Iterator[None]:
 
 # --- reading -------------------------------------------------------------------------------------
 
-ROW_BITS = 40  # a row id: (the delta's ordinal in the read << ROW_BITS) | row ordinal
-
-
 def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -199,25 +196,36 @@ def _trusted(con, warehouse: Path, paths: list[str]) -> list[str] | None:
 
 def visible_source(con, warehouse: Path, paths: list[str], seq: int, columns: list[str]) -> str | None:
     """A relation (SQL) of the partition's versions that no newer version at or below `seq`
-    supersedes — `columns`, `_seq` and `_op` — as one scan of its deltas anti-joined, by row id,
-    with the rows their deletion vectors hide at `seq`; the caller still filters `_seq <= seq`,
-    the truncation floor and `_op`, which DuckDB pushes into the scans. None when some delta has
-    no trustworthy deletion vectors (the caller then merges)."""
+    supersedes — `columns`, `_seq` and `_op`: per delta, a scan of the file positionally joined
+    with a boolean `keep` column built from its entries at or below `seq` (no hashing, no per-key
+    work; DuckDB never pushes a filter below a positional join, so the rows stay aligned). The
+    caller still filters `_seq <= seq`, the truncation floor and `_op`. None when some delta has
+    no trustworthy deletion vectors (the caller then merges). Registers the masks on `con`."""
     sides = _trusted(con, warehouse, paths)
     if sides is None:
         return None
     cols = ", ".join(_q(c) for c in dict.fromkeys([*columns, SEQ, OP]))
-    if not sides:
-        return f"(SELECT {cols} FROM read_parquet([{', '.join(_lit(str(warehouse / p)) for p in paths)}]))"
-    ordinal = " ".join(f"WHEN {_lit(p)} THEN {i}" for i, p in enumerate(paths))
-    hidden = (
-        f"SELECT DISTINCT ((CASE target {ordinal} END)::BIGINT << {ROW_BITS}) | row AS rid"
-        f" FROM read_parquet([{', '.join(_lit(str(warehouse / s)) for s in sides)}])"
-        f" WHERE seq <= {int(seq)} AND target IN ({', '.join(_lit(p) for p in paths)})"
-    )
-    scans = " UNION ALL ".join(
-        f"SELECT {cols}, ({i}::BIGINT << {ROW_BITS}) | file_row_number AS rid"
-        f" FROM read_parquet({_lit(str(warehouse / p))}, file_row_number = true)"
-        for i, p in enumerate(paths)
-    )
-    return f"(SELECT {cols} FROM ({scans}) AS d ANTI JOIN ({hidden}) AS h ON d.rid = h.rid)"
+    hidden: dict[str, np.ndarray] = {}
+    if sides:
+        entries = con.sql(
+            f"SELECT target, row FROM read_parquet([{', '.join(_lit(str(warehouse / s)) for s in sides)}])"
+            f" WHERE seq <= {int(seq)} AND target IN ({', '.join(_lit(p) for p in paths)}) ORDER BY target"
+        ).to_arrow_table()
+        if entries.num_rows:
+            targets = entries.column("target").to_numpy(zero_copy_only=False)
+            rows = entries.column("row").to_numpy()
+            starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+            for a, b in zip(starts, np.r_[starts[1:], len(targets)]):
+                hidden[str(targets[a])] = rows[a:b]
+    parts = []
+    for i, rel in enumerate(paths):
+        f = _lit(str(warehouse / rel))
+        rows = hidden.get(rel)
+        if rows is None:
+            parts.append(f"SELECT {cols} FROM read_parquet({f})")
+            continue
+        keep = np.ones(pq.read_metadata(warehouse / rel).num_rows, dtype=bool)
+        keep[rows] = False
+        con.register(f"__keep_{i}", pa.table({"__keep": keep}))
+        parts.append(f"SELECT {cols} FROM (SELECT * FROM read_parquet({f}) POSITIONAL JOIN __keep_{i}) WHERE __keep")
+    return "(" + " UNION ALL ".join(parts) + ")"
