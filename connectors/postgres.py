@@ -337,6 +337,33 @@ class PostgresSource(ChangeSource, QueryableSource):
     def read(self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
         return read_query(self.config.dsn, self.render(table, subplan), output, snapshot)
 
+    def split_points(self, table: SourceTable, range_rows: int) -> list:
+        """From the planner's statistics (pg_stats histogram of the first key column, pg_class
+        row estimate): no scan. None until the table was analyzed (autovacuum does it)."""
+        key0 = table.key[0]
+        t = table.arrow_schema.field(key0).type
+        array = "bigint[]" if pa.types.is_integer(t) else "text[]" if pa.types.is_string(t) else "date[]" if pa.types.is_date32(t) else None
+        if array is None:
+            return []
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"SELECT c.reltuples, s.histogram_bounds::text::{array} FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " LEFT JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = %s"
+                    " WHERE n.nspname = %s AND c.relname = %s",
+                    (key0, table.schema, table.name),
+                )
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if row is None or not row[1] or row[0] <= range_rows:
+            return []
+        bounds = row[1]
+        n = min(len(bounds), -(-int(row[0]) // range_rows))
+        return sorted({bounds[len(bounds) * i // n] for i in range(1, n)})
+
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         return check_select(self.config.dsn, user, table.schema, table.name, columns)
 
@@ -357,8 +384,8 @@ class PostgresSource(ChangeSource, QueryableSource):
             return "the source runs on another machine (its processes are not in /proc here)"
         return int(stat.rsplit(")", 1)[1].split()[1])  # the postmaster: the backend's parent
 
-    def export_snapshot(self) -> "PostgresSnapshot":
-        return PostgresSnapshot(self.config)
+    def export_snapshot(self, *, exact_seq: bool = True) -> "PostgresSnapshot":
+        return PostgresSnapshot(self.config) if exact_seq else PostgresQuerySnapshot(self.config)
 
     def decode_column(self, values: list, type: pa.DataType) -> pa.Array:
         # pgoutput delivers values in Postgres' text format.
@@ -601,13 +628,47 @@ class PostgresSnapshot(SourceSnapshot):
         return {**super().to_dict(), "consistent_point": self.lsn}
 
     def open_transaction(self):
-        conn = connect(self.source.dsn)
+        return _import_snapshot(self.source, self.name)
+
+
+class PostgresQuerySnapshot(SourceSnapshot):
+    """A snapshot for the reads of one failover query: `pg_export_snapshot()` in an open
+    REPEATABLE READ transaction. Unlike `PostgresSnapshot` it needs no replication slot — creating
+    a slot waits for every running write transaction to end and counts against
+    `max_replication_slots` — and its seq is unknown, which a failover query does not need: its
+    source reads only have to agree with each other."""
+
+    def __init__(self, source: SourceConfig):
+        self.source = source
+        self.conn = connect(source.dsn)
         try:
-            conn.autocommit = False
-            with conn.cursor() as cur:
+            self.conn.autocommit = False
+            with self.conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                cur.execute("SET TRANSACTION SNAPSHOT %s", (self.name,))
+                cur.execute("SELECT pg_export_snapshot(), pg_current_wal_lsn()::text")
+                self.name, self.position = cur.fetchone()
         except psycopg2.Error as e:
-            conn.close()
-            raise SourceError(f"cannot import snapshot {self.name} on source {self.source.name}: {e}") from e
-        return conn
+            self.conn.close()
+            raise SourceError(f"cannot export a snapshot of source {source.name}: {e}") from e
+        self.seq = -1  # not tied to a replica seq (see the class docstring)
+
+    def close(self) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+
+    def open_transaction(self):
+        return _import_snapshot(self.source, self.name)
+
+
+def _import_snapshot(source: SourceConfig, name: str):
+    """A connection in a read-only transaction at the exported snapshot `name`."""
+    conn = connect(source.dsn)
+    try:
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute("SET TRANSACTION SNAPSHOT %s", (name,))
+    except psycopg2.Error as e:
+        conn.close()
+        raise SourceError(f"cannot import snapshot {name} on source {source.name}: {e}") from e
+    return conn

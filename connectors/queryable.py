@@ -10,6 +10,7 @@ snapshot must start at), so the name is an opaque token to everyone above connec
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from typing import Iterator
 
@@ -17,7 +18,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from htap.conf import SourceConfig
+from htap.connectors.changes import ChangeSource
 from htap.connectors.tables import SourceTable
+from htap.errors import HtapError, SourceError
 from htap.rewrite import dialects, render
 from htap.rewrite.subplan import PushedSubplan
 
@@ -30,6 +33,12 @@ class SourceSnapshot(ABC):
     name: str  # the token source reads take (the `source_snapshot` option)
     position: str  # where the snapshot sits, in the source's own notation
     max_connections: int | None = None  # transactions at it that may be open at once (None: any)
+
+    @property
+    def exact_name(self) -> str:
+        """The token for reads that must see exactly this snapshot or fail (verification).
+        Default: `name` (every importer sees the snapshot exactly, as in Postgres)."""
+        return self.name
 
     def close(self) -> None:
         """Release the snapshot."""
@@ -61,6 +70,17 @@ class QueryableSource(ABC):
         Default: the table."""
         return exp.Table(this=exp.to_identifier(table.name, quoted=True), db=exp.to_identifier(table.schema, quoted=True))
 
+    def source_table(self, table: SourceTable) -> SourceTable:
+        """`table` with the column types this database itself has (what the relation and the
+        verifier build their SQL from). Default: as described."""
+        return table
+
+    def split_points(self, table: SourceTable, range_rows: int) -> list:
+        """Values of the first key column that split the table into ranges of about `range_rows`
+        rows, read in parallel at one shared snapshot; sorted as Spark orders them. Default: none
+        (one read), for a source whose snapshot cannot be shared between connections."""
+        return []
+
     def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
         """The subplan as this source's SQL (rewrite.render; the dialect's comparison semantics)."""
         query = render.select(subplan, self.relation(table), [c.name for c in table.columns])
@@ -84,5 +104,56 @@ class QueryableSource(ABC):
         return "this source cannot name its server process"
 
     @abstractmethod
-    def export_snapshot(self) -> SourceSnapshot:
-        """A snapshot of the whole source that equals the replica at one seq."""
+    def export_snapshot(self, *, exact_seq: bool = True) -> SourceSnapshot:
+        """A snapshot of the whole source. With `exact_seq` (the verifiers) it equals the replica
+        at one seq; without (a failover query, which only needs its reads to agree with each
+        other) a source may export a cheaper one whose `seq` is unknown (-1)."""
+
+
+class ThroughOrigin(QueryableSource):
+    """The tables of a source that is not a database (Debezium) read from the database its
+    events come from (`source_dsn`). The events' column types (Kafka Connect) are replaced by
+    the origin's own, described there, so every value gets the origin's fates and comparisons."""
+
+    def __init__(self, config: SourceConfig, origin: ChangeSource):
+        self.config = config
+        self.origin = origin
+        self.inner = origin.queryable()
+        self.dialect = self.inner.dialect
+
+    def source_table(self, table: SourceTable) -> SourceTable:
+        try:
+            columns, _key = self.origin.describe_table(table.schema, table.name)
+        except HtapError as e:
+            raise SourceError(
+                f"source {self.config.name}: {table.qualified_name} cannot be read from its origin database "
+                f"(sources.{self.config.name}.source_dsn): {e}"
+            ) from e
+        native = {c.name: c.source_type for c in columns}
+        missing = [c.name for c in table.columns if c.name not in native]
+        if missing:
+            raise SourceError(
+                f"source {self.config.name}: {table.qualified_name} in the origin database has no column(s) {missing}; "
+                f"does sources.{self.config.name}.source_dsn name the database the events come from?"
+            )
+        return dataclasses.replace(
+            table, columns=tuple(dataclasses.replace(c, source_type=native[c.name]) for c in table.columns)
+        )
+
+    def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
+        return self.inner.render(self.source_table(table), subplan)
+
+    def read(self, table, subplan, output, snapshot=None):
+        return self.inner.read(self.source_table(table), subplan, output, snapshot)
+
+    def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
+        return self.inner.check_select(user, table, columns)
+
+    def export_snapshot(self, *, exact_seq: bool = True) -> SourceSnapshot:
+        return self.inner.export_snapshot(exact_seq=exact_seq)
+
+    def split_points(self, table: SourceTable, range_rows: int) -> list:
+        return self.inner.split_points(table, range_rows)
+
+    def server_process(self) -> int | str:
+        return self.inner.server_process()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from htap.conf import CONFIG_CLASSES, SourceConfig
 from htap.connectors.changes import ChangeSource
-from htap.connectors.queryable import QueryableSource
+from htap.connectors.queryable import QueryableSource, ThroughOrigin
 from htap.errors import ConfigError, SourceError
 from htap.seq import SeqCodec
 
@@ -70,7 +70,9 @@ def open_queryable(config: SourceConfig) -> QueryableSource:
             f"to the origin database (a libpq connection string, or mysql://user:password@host:port/database) for "
             f"failover reads and verification"
         )
-    return open_source(origin).queryable()
+    if origin is config:
+        return open_source(config).queryable()
+    return ThroughOrigin(config, open_source(origin))
 
 
 def seq_codec(config: SourceConfig | None) -> SeqCodec:

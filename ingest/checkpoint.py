@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from htap.connectors.changes import DECODE_ERRORS, ChangeStream
@@ -24,7 +25,7 @@ from htap.seq import SeqCodec
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
 from htap.observe import CHECKPOINT_SECONDS
-from htap.replica.deltas import write_partitioned
+from htap.replica.deltas import delete_delta_files, write_partitioned
 from htap.replica.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,11 @@ class Checkpointer:
             return self._checkpoint(applier, stream)
 
     def _checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
+        # Each written partition's writer lock is held until the metadata commit (htap.replica.dv).
+        with ExitStack() as locks:
+            return self._locked_checkpoint(applier, stream, locks)
+
+    def _locked_checkpoint(self, applier: TransactionApplier, stream: ChangeStream, locks: ExitStack) -> int:
         safe = applier.safe_seq
         changes = applier.buffered
         parts, truncations, failures = applier.drain()
@@ -52,8 +58,13 @@ class Checkpointer:
         for table, data in parts:
             if table.id in failed_ids:
                 continue
+
+            def live(part: int, table=table) -> list[str]:
+                # The partition's live deltas, and those this checkpoint already wrote for it.
+                return [d.path for d in self.store.deltas(table.id, part)] + [
+                    d.path for d in deltas if d.table_id == table.id and d.part == part]
             try:
-                deltas += write_partitioned(self.warehouse, table, data)
+                deltas += write_partitioned(self.warehouse, table, data, live, locks)
             except DECODE_ERRORS as e:  # a value the delta's types cannot hold (never a disk error)
                 failures.append(Failure(table, PoisonError(None, None, str(e).strip().splitlines()[0]), safe))
                 failed_ids.add(table.id)
@@ -68,7 +79,7 @@ class Checkpointer:
         ]
         orphans = self.store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations, messages)
         for path in orphans + [d.path for d in dropped]:
-            (self.warehouse / path).unlink(missing_ok=True)
+            delete_delta_files(self.warehouse, path)
         for _, message in messages:
             log_failure(message)
         if deltas or truncations:

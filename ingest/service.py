@@ -44,7 +44,7 @@ from htap.ingest.health import (
 )
 from htap.observe import COPY_SECONDS
 from htap.replica.compaction import compaction_loop
-from htap.replica.deltas import write_delta
+from htap.replica.deltas import delete_delta_files, first_versions, write_delta
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import (
     OP,
@@ -151,7 +151,7 @@ class SourceIngest:
         """Initial copy: stage the source's rows, choose partition split points, write one
         sorted delta per partition, then make them visible with the copy seq in one step."""
         for stale in self.store.start_copy(table.id):
-            (self.cfg.warehouse / stale).unlink(missing_ok=True)
+            delete_delta_files(self.cfg.warehouse, stale)
         # The source's schema now (it may have changed since the table was added); the replica
         # types chosen for its columns stay while their source types do.
         described, key = self.source.describe_table(table.schema, table.name)
@@ -188,7 +188,7 @@ class SourceIngest:
                 data = data.sort_by([(k, "ascending") for k in table.key])
                 data = data.append_column(SEQ, pa.array(np.full(data.num_rows, copy_seq, dtype=np.int64)))
                 data = data.append_column(OP, pa.array(np.full(data.num_rows, OP_UPSERT, dtype=np.int8)))
-                deltas.append(write_delta(self.cfg.warehouse, table, data, part))
+                deltas.append(write_delta(self.cfg.warehouse, table, data, part, dv=first_versions(table)))
             self.store.finish_copy(table.id, deltas, copy_seq, bounds)
             log.info(
                 "copied %s: %d rows into %d partitions; catching up from seq %s",

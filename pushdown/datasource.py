@@ -230,7 +230,7 @@ class HtapReader(DataSourceReader):
     def _plan(self, opts: ScanOptions, schema: StructType) -> None:
         from htap.pushdown.planning import ScanRequest, plan_scan
         from htap.pushdown.routing import ROUTE_REPLICA
-        from htap.pushdown.source_reader import check_access
+        from htap.pushdown.source_reader import check_access, source_ranges
         from htap.pushdown.source_snapshot import export_held_snapshot
         from htap.rewrite.subplan import PushedSubplan
 
@@ -266,7 +266,12 @@ class HtapReader(DataSourceReader):
                     for read in plan.reads
                 ]
             else:
-                self._partitions = [SourcePartition(str(cfg.path), source.name, table.id, opts.pushed, plan.source_snapshot)]
+                # Key ranges as parallel tasks, only at a snapshot they all share (issue 14).
+                ranges = (source_ranges(source, table, opts.pushed, cfg.source_range_rows)
+                          if plan.source_snapshot else [opts.pushed])
+                self._partitions = [
+                    SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot) for pushed in ranges
+                ]
         finally:
             store.close()
 

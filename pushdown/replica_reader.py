@@ -21,6 +21,7 @@ import sqlglot
 
 from htap import engine
 from htap.errors import InternalQueryError
+from htap.replica import dv
 from htap.replica.health import damaged, first_damage
 from htap.replica.merge import current_rows_sql, evolved, versioned_source
 from htap.replica.models import delta_schema
@@ -98,6 +99,18 @@ def read_replica(
         strategy = "merge"
     elif files:
         source = files
+        if strategy != "direct" and not any(f.columns() <= set(key) for f in subplan.filters):
+            # Deletion vectors: filtered scans of each delta instead of a per-key merge. (Lookups
+            # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
+            wanted = subplan.referenced_columns()
+            needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
+            visible = dv.visible_source(con, warehouse, delta_paths, seq, needed)
+            if visible is not None:
+                try:
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW __visible AS SELECT * FROM {visible}")  # this cursor's own
+                    source, strategy = "__visible", "direct"
+                except duckdb.Error:
+                    pass  # a file went bad since it was checked: the merge reports it
     else:
         con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
         source, strategy = "__no_deltas", "merge"

@@ -9,7 +9,8 @@ snapshot is held by a small detached process (`python -m htap.pushdown.source_sn
 identifier" error: the query errors, it never mixes snapshots.
 
 The snapshot itself is the source's business (`QueryableSource.export_snapshot`, through the
-registry: Postgres exports it from a temporary replication slot); this module only keeps it
+registry: a failover query asks for `exact_seq=False`, which Postgres serves with
+`pg_export_snapshot()` — no replication slot); this module only keeps it
 alive for the query.
 """
 
@@ -49,7 +50,7 @@ def _hold(config: str, source: str, hold_s: float) -> None:
     from htap.connectors.registry import open_queryable
 
     try:
-        snapshot = open_queryable(load_config(config).source(source)).export_snapshot()
+        snapshot = open_queryable(load_config(config).source(source)).export_snapshot(exact_seq=False)
     except Exception as e:  # noqa: BLE001 - reported to the planning scan as one line
         print(" ".join(str(e).split()), file=sys.stderr)
         sys.exit(1)

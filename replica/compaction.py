@@ -27,7 +27,8 @@ from htap import engine
 from htap.conf import HtapConfig
 from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError
 from htap.observe import COMPACTION_SECONDS
-from htap.replica.deltas import write_delta
+from htap.replica import dv as dvs
+from htap.replica.deltas import delete_delta_files, partition_dir, write_delta
 from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
@@ -130,10 +131,23 @@ def merge(
         store.replace_deltas(table.id, inputs, [])
         log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
         return None
-    new = write_delta(warehouse, table, data, part)
-    if not store.replace_deltas(table.id, inputs, [new]):
-        (warehouse / new.path).unlink(missing_ok=True)
-        return None
+    # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
+    # those of the whole partition as it is now, including deltas written since the merge began.
+    with dvs.partition_lock(partition_dir(warehouse, table, part)):
+        live = store.deltas(table.id, part)
+        gone = {d.id for d in inputs} - {d.id for d in live}
+        if gone:
+            return None  # another compaction won the race
+        others = [d.path for d in live if d.id not in {i.id for i in inputs}]
+        key = list(table.key)
+        try:
+            new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, warehouse, others))
+        except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
+            log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
+            new = write_delta(warehouse, table, data, part)
+        if not store.replace_deltas(table.id, inputs, [new]):
+            delete_delta_files(warehouse, new.path)
+            return None
     log.info(
         "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
         kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
@@ -163,7 +177,7 @@ def collect_garbage(cfg: HtapConfig, store: MetadataStore) -> int:
     """Delete retired delta files that no live pin can read; returns how many."""
     paths = store.collect_garbage()
     for p in paths:
-        (cfg.warehouse / p).unlink(missing_ok=True)
+        delete_delta_files(cfg.warehouse, p)
     return len(paths)
 
 

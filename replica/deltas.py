@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap import engine
+from htap.replica import dv as dvs
 from htap.replica.metadata import NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
@@ -47,11 +50,21 @@ def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
         con.close()
 
 
-def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0) -> NewDelta:
+def partition_dir(warehouse: Path, table: TableInfo, part: int) -> Path:
+    return warehouse / table_dir(table) / f"p{part:04d}"
+
+
+# Deletion-vector entries of a delta about to be written: (its relative path, its sorted rows).
+Entries = Callable[[str, pa.Table], pa.Table]
+
+
+def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0, dv: Entries | None = None) -> NewDelta:
     """Write `data` (table columns, _seq, _op, optionally _unset and _ord) as one durable delta file.
 
     With `_ord`, versions are first sorted and collapsed per (key, seq); without it the caller
-    guarantees that order.
+    guarantees that order. With `dv`, the deletion-vector entries it returns are written to the
+    delta's sidecar and counted in its footer (htap.replica.dv) — unless some version is a
+    partial update (reads of its partition then merge, until a base compaction fills it).
     """
     if UNSET_MASK not in data.column_names:
         data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, dtype=np.int64)))
@@ -64,12 +77,17 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
     path = warehouse / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".parquet.tmp")
+    partial = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py() or 0
+    if dv is not None and not partial:
+        entries = dv(rel, data)
+        if entries.num_rows:
+            dvs.write_sidecar(Path(dvs.sidecar(path)), entries)
+        data = data.replace_schema_metadata({**(data.schema.metadata or {}), dvs.FOOTER_KEY: str(entries.num_rows).encode()})
     pq.write_table(data, tmp, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True)
     _fsync(tmp)
     os.replace(tmp, path)
     _fsync(path.parent)
     bounds = pc.min_max(seqs)
-    partial = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py() or 0
     deletes = pc.sum(pc.equal(data.column(OP), OP_DELETE)).as_py() or 0
     return NewDelta(
         table_id=table.id,
@@ -106,7 +124,41 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_partitioned(warehouse: Path, table: TableInfo, data: pa.Table) -> list[NewDelta]:
-    """One delta per partition that `data` touches."""
+def delete_delta_files(warehouse: Path, rel: str) -> None:
+    """A delta file and its deletion-vector sidecar, if any."""
+    (warehouse / rel).unlink(missing_ok=True)
+    (warehouse / dvs.sidecar(rel)).unlink(missing_ok=True)
+
+
+def write_partitioned(
+    warehouse: Path,
+    table: TableInfo,
+    data: pa.Table,
+    live: Callable[[int], list[str]] | None = None,
+    locks: ExitStack | None = None,
+) -> list[NewDelta]:
+    """One delta per partition that `data` touches. With `live` (a partition's live deltas,
+    relative paths), each delta records the versions it supersedes (htap.replica.dv); `locks`
+    then holds each partition's writer lock, taken before `live` is asked, until the caller has
+    committed the deltas."""
     splits = decode_bounds(table.partition_bounds_b64)
-    return [write_delta(warehouse, table, rows, part) for part, rows in split_by_partition(data, table.key[0], splits)]
+    out = []
+    key = list(table.key)
+    for part, rows in split_by_partition(data, table.key[0], splits):
+        entries = None
+        if live is not None:
+            if locks is not None:
+                locks.enter_context(dvs.partition_lock(partition_dir(warehouse, table, part)))
+            older = live(part)
+
+            def entries(rel: str, sorted_rows: pa.Table, older=older) -> pa.Table:
+                return pa.concat_tables([dvs.within(sorted_rows, key, rel),
+                                         dvs.superseded(sorted_rows, key, warehouse, older)])
+        out.append(write_delta(warehouse, table, rows, part, dv=entries))
+    return out
+
+
+def first_versions(table: TableInfo) -> Entries:
+    """Deletion-vector entries of a partition's first delta (the initial copy): only versions
+    superseded inside it."""
+    return lambda rel, rows: dvs.within(rows, list(table.key), rel)

@@ -96,6 +96,7 @@ class PgEvents:
     """Writes Debezium PostgreSQL-connector records and keeps the rows they should leave behind."""
 
     prefix = "shop"
+    schema = "public"  # the Postgres schema the events' tables live in
 
     def __init__(self, path):
         self.path = path
@@ -138,7 +139,7 @@ class PgEvents:
             "version": "2.7.3.Final", "connector": "postgresql", "name": self.prefix, "ts_ms": self.ts,
             "snapshot": snapshot, "db": "shop",
             "sequence": json.dumps([None if self.last_commit is None else str(self.last_commit), str(lsn)]),
-            "schema": "public", "table": table, "txId": txid, "lsn": lsn, "xmin": None,
+            "schema": self.schema, "table": table, "txId": txid, "lsn": lsn, "xmin": None,
         }
 
     def _record(self, topic: str, key, value) -> None:
@@ -146,7 +147,7 @@ class PgEvents:
 
     def _key(self, table: str, key_value) -> dict:
         return {"schema": {"type": "struct", "fields": [self.fields[table][0]], "optional": False,
-                           "name": f"{self.prefix}.public.{table}.Key"},
+                           "name": f"{self.prefix}.{self.schema}.{table}.Key"},
                 "payload": {"id": key_value}}
 
     def _event(self, table: str, op: str, before, after, snapshot="false", with_schema=True) -> None:
@@ -164,10 +165,10 @@ class PgEvents:
             self.txn[3] += 1
             payload["transaction"] = {"id": f"{txid}:{self.lsn}", "total_order": self.txn[3],
                                       "data_collection_order": self.txn[2][table]}
-        value = {"schema": envelope_schema(self.prefix, "public", table, self.fields[table]), "payload": payload} if with_schema else payload
+        value = {"schema": envelope_schema(self.prefix, self.schema, table, self.fields[table]), "payload": payload} if with_schema else payload
         row = after if after is not None else before
         key = self._key(table, row["id"]) if row is not None else None
-        self.pending.append((f"{self.prefix}.public.{table}", key, value))
+        self.pending.append((f"{self.prefix}.{self.schema}.{table}", key, value))
         source = payload["source"]
         self.last_seq = max(self.last_seq, source["lsn"], int(json.loads(source["sequence"])[0] or 0))
 
@@ -203,7 +204,7 @@ class PgEvents:
     def delete(self, table: str, key_value) -> None:
         before = self.full(table, id=key_value)  # DEFAULT identity: only the key is known
         self._event(table, "d", before, None)
-        self.pending.append((f"{self.prefix}.public.{table}", self._key(table, key_value), None))  # the tombstone
+        self.pending.append((f"{self.prefix}.{self.schema}.{table}", self._key(table, key_value), None))  # the tombstone
         del self.model[table][key_value]
 
     def change_key(self, table: str, old_key, row: dict) -> None:
@@ -223,7 +224,7 @@ class PgEvents:
                 self._record(*p)
         self._record(f"{self.prefix}.transaction", {"id": self.txn[1]}, {
             "status": "END", "id": f"{self.txn[0]}:{self.lsn + 5}", "ts_ms": self.ts, "event_count": self.txn[3],
-            "data_collections": [{"data_collection": f"public.{t}", "event_count": n} for t, n in self.txn[2].items()],
+            "data_collections": [{"data_collection": f"{self.schema}.{t}", "event_count": n} for t, n in self.txn[2].items()],
         })
         for p in later:
             self._record(*p)

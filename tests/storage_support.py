@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pyarrow as pa
@@ -48,11 +49,17 @@ class DirectTable:
         self.truncations.append((self.table.id, seq))
 
     def checkpoint(self, seq: int) -> None:
-        deltas = write_partitioned(self.warehouse, self.table, self.buffer.drain()) if len(self.buffer) else []
-        self.store.commit_checkpoint(SOURCE, deltas, seq, self.store.clock(), self.truncations)
+        """As the checkpointer: each delta records the versions it supersedes (deletion
+        vectors) under its partition's writer lock, held until the commit."""
+        with ExitStack() as locks:
+            deltas = write_partitioned(self.warehouse, self.table, self.buffer.drain(), self.live, locks) if len(self.buffer) else []
+            self.store.commit_checkpoint(SOURCE, deltas, seq, self.store.clock(), self.truncations)
         self.truncations = []
         self.seq = seq
         self.table = self.store.table_by_id(self.table.id)
+
+    def live(self, part: int) -> list[str]:
+        return [d.path for d in self.store.deltas(self.table.id, part)]
 
     def read(self, seq: int, subplan: PushedSubplan | None = None, out: pa.Schema | None = None) -> pa.Table:
         subplan = subplan or PushedSubplan()

@@ -99,3 +99,41 @@ def test_access_is_checked_against_the_mysql_grants(my_workspace, spark, my_orde
             spark.sql(f"SELECT id FROM {nobody}.{orders}").collect()
     finally:
         ws.sql(f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def test_failover_reads_under_concurrent_writes_see_every_earlier_commit(my_workspace, spark, my_catalog, my_orders):
+    """MySQL cannot share a snapshot between connections: a failover query's reads run at a
+    consistent snapshot no older than the one the query exported, never failing because the
+    source moved on."""
+    import threading
+
+    from mysql_support import my_connect
+
+    ws, orders = my_workspace, my_orders
+    ws.htap("failover", orders, "on")
+    stop, inserted, errors = threading.Event(), [300], []
+
+    def writer():
+        conn = my_connect(ws.schema)
+        try:
+            while not stop.is_set():
+                with conn.cursor() as cur:
+                    cur.execute(f"INSERT INTO {orders} VALUES (%s, 'r9', 1, 'n', 's')", (inserted[0] + 1,))
+                inserted[0] += 1
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        for _ in range(3):
+            before = inserted[0]
+            (count,) = spark.sql(f"SELECT count(*) FROM {my_catalog}.{orders}").collect()[0]
+            assert last_route(ws).route == "source"
+            assert count >= before
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not errors and inserted[0] > 300

@@ -223,7 +223,8 @@ class TableCheck:
 
 class DataVerifier:
     def __init__(self, cfg: HtapConfig, source: SourceConfig, snap: ExportedSnapshot, opts: DataOptions):
-        self.dialect = open_queryable(source).dialect  # the source side's SQL (postgres or mysql)
+        self.queryable = open_queryable(source)
+        self.dialect = self.queryable.dialect  # the source side's SQL (postgres or mysql)
         self.cfg = cfg
         self.source = source
         self.snap = snap
@@ -269,7 +270,7 @@ class DataVerifier:
         check.table = table
         check.seq = self.snap.seq
         check.source_position = self.snap.position
-        check.canonical = Canonical(table, self.dialect)
+        check.canonical = Canonical(self.queryable.source_table(table), self.dialect)
         window = queryable_window(store, table, self.cfg.window_s)
         if window is None or not window.min_seq <= self.snap.seq <= window.max_seq:
             raise VerifyError(f"{table.qualified_name}: seq {self.snap.seq} is outside the replica's queryable window {window}")

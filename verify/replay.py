@@ -463,7 +463,7 @@ def _session(cfg: HtapConfig, opts: ReplayOptions):
 def _catalogs(spark, cfg: HtapConfig, opts: ReplayOptions, snap, names: tuple[str, str]) -> None:
     for name, extra in (
         (names[0], {"route": "replica", "as_of_seq": str(snap.seq)}),
-        (names[1], {"route": "source", "source_snapshot": snap.name}),
+        (names[1], {"route": "source", "source_snapshot": snap.exact_name}),
     ):
         spark.conf.set(f"spark.sql.catalog.{name}", "io.sparkhtap.HtapCatalog")
         spark.conf.set(f"spark.sql.catalog.{name}.config", str(cfg.path))

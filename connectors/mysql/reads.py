@@ -8,10 +8,12 @@ replica has them), and streams the rows back as Arrow batches.
 Snapshots. `START TRANSACTION WITH CONSISTENT SNAPSHOT` pins a read view, and MariaDB reports
 the binlog position it corresponds to (`binlog_snapshot_file/position`): the replica's state at
 that seq (the initial copy relies on the same fact). Unlike Postgres, neither server can hand a
-read view to another connection, so a snapshot is named by its binlog position
-(`binlog:<seq>`): a read at a named snapshot opens its own consistent snapshot and proceeds only
-if it sits at that same position, i.e. nothing committed in between; otherwise it fails, saying
-so, rather than answering from another state.
+read view to another connection, so a snapshot is named by its binlog position, and a read at a
+named snapshot opens its own consistent snapshot: at `binlog=<seq>` (verification) it proceeds
+only if that sits at the same position, i.e. nothing committed in between, and otherwise fails,
+saying so, rather than answering from another state; at `binlog:<seq>` (the snapshot a failover
+query exports) it proceeds at any position not older, so a query's reads see every commit up to
+seq but, unlike Postgres, not necessarily one single state.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ from htap.rewrite.subplan import PushedSubplan
 from htap.seq import format_binlog
 
 READ_CHUNK_ROWS = 65_536
-SNAPSHOT_PREFIX = "binlog:"
+# Snapshot names: `binlog=<seq>` exactly that snapshot (verification: the read fails if the source
+# has moved on); `binlog:<seq>` a consistent snapshot at or after it (a failover query's reads:
+# each sees every commit up to seq, none can be older, but two reads need not be at one point).
+EXACT, AT_LEAST = "binlog=", "binlog:"
 
 
 def arrow_column(values, type: pa.DataType) -> pa.Array:
@@ -49,26 +54,31 @@ def arrow_column(values, type: pa.DataType) -> pa.Array:
         return pa.array(values).cast(type)
 
 
-def snapshot_name(seq: int) -> str:
-    return f"{SNAPSHOT_PREFIX}{seq}"
+def snapshot_name(seq: int, exact: bool = False) -> str:
+    return f"{EXACT if exact else AT_LEAST}{seq}"
 
 
-def snapshot_seq(name: str) -> int:
-    if not name.startswith(SNAPSHOT_PREFIX) or not name[len(SNAPSHOT_PREFIX):].isdigit():
-        raise SourceError(f"snapshot {name!r} is not a MySQL/MariaDB snapshot (binlog:<seq>)")
-    return int(name[len(SNAPSHOT_PREFIX):])
+def parse_snapshot_name(name: str) -> tuple[int, bool]:
+    """(seq, exact) of a snapshot name."""
+    for prefix, exact in ((EXACT, True), (AT_LEAST, False)):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return int(name[len(prefix):]), exact
+    raise SourceError(f"snapshot {name!r} is not a MySQL/MariaDB snapshot (binlog=<seq> or binlog:<seq>)")
 
 
 def begin_at(conn, name: str | None) -> int:
     """Open a consistent-snapshot transaction on `conn`; its seq. With `name`, it must be that
-    snapshot's seq (see the module docstring)."""
+    snapshot (exact) or not older (see the module docstring)."""
     seq = open_snapshot(conn, server_is_mariadb(conn))
-    if name is not None and seq != snapshot_seq(name):
+    if name is None:
+        return seq
+    wanted, exact = parse_snapshot_name(name)
+    if seq != wanted and (exact or seq < wanted):
         conn.rollback()
         raise SourceError(
-            f"the source has moved from snapshot {format_binlog(snapshot_seq(name))} to {format_binlog(seq)}: "
-            f"MySQL/MariaDB cannot share a snapshot between connections, so reads at one snapshot need a source "
-            f"without commits meanwhile; retry"
+            f"the source has moved from snapshot {format_binlog(wanted)} to {format_binlog(seq)}: "
+            f"MySQL/MariaDB cannot share a snapshot between connections, so reads at exactly one snapshot need a "
+            f"source without commits meanwhile; retry"
         )
     return seq
 
@@ -107,6 +117,10 @@ class MySQLSnapshot(SourceSnapshot):
         self.name = snapshot_name(self.seq)
         self.position = format_binlog(self.seq)
 
+    @property
+    def exact_name(self) -> str:
+        return snapshot_name(self.seq, exact=True)
+
     def close(self) -> None:
         if self.conn.open:
             self.conn.close()
@@ -117,7 +131,7 @@ class MySQLSnapshot(SourceSnapshot):
             return _Borrowed(self.conn)
         conn = connect(self.config)
         try:
-            begin_at(conn, self.name)
+            begin_at(conn, self.exact_name)
         except BaseException:
             conn.close()
             raise
@@ -241,5 +255,6 @@ class MySQLQueryable(QueryableSource):
         except (OSError, ValueError, TypeError):
             return "the source runs on another machine (its pid file is not here)"
 
-    def export_snapshot(self) -> MySQLSnapshot:
+    def export_snapshot(self, *, exact_seq: bool = True) -> MySQLSnapshot:
+        # One kind only: a consistent snapshot is as cheap as it gets here, and carries its position.
         return MySQLSnapshot(self.config)

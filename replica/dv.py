@@ -1,0 +1,231 @@
+"""Deletion vectors: reads of a partition as filtered scans of its deltas, with no per-key merge.
+
+When a delta is written, every row version it supersedes is recorded — in older deltas (the
+key's newest live version before this delta) and inside the delta itself (a key changed by
+several transactions of one checkpoint) — as an entry (target delta, row ordinal, seq): "row
+`row` of `target` has a newer version at `seq`". The entries live in an immutable sidecar file
+next to the delta (`<delta>.dv`), written and fsynced before the metadata transaction that
+makes the delta visible, and the delta's own Parquet footer records how many there are
+(`htap.dv`), so a missing or damaged sidecar is detected and never trusted: the read then falls
+back to the per-key merge, which needs no sidecar at all.
+
+A read at seq S keeps a row iff `floor <= _seq <= S`, it is an upsert, and no entry for it has
+`seq <= S`: exactly the newest version at or below S, so time travel inside the window stays
+exact. Entries that name retired deltas are ignored; an entry whose superseding version was
+folded away by a base compaction is still right for every readable seq (the fold happened at or
+below the window's low end).
+
+The key -> (delta, row) lookup a checkpoint needs is answered by the partition's deltas
+themselves (sorted by key; a join on the new keys with DuckDB), so there is no separate index to
+keep consistent or rebuild after a crash; compaction recomputes the entries of the whole
+partition (`rebuild`) for its output. Checkpoints and compactions of one partition serialize on a
+file lock, so a compaction never misses what a concurrent checkpoint superseded.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from htap import engine
+from htap.replica.models import OP, SEQ
+
+log = logging.getLogger(__name__)
+
+FOOTER_KEY = b"htap.dv"  # entries in the delta's sidecar (absent: written without deletion vectors)
+SUFFIX = ".dv"
+ENTRIES = pa.schema([("target", pa.string()), ("row", pa.int64()), ("seq", pa.int64())])
+
+
+def sidecar(path: str | Path) -> str:
+    return f"{path}{SUFFIX}"
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _files_sql(files: list[str]) -> str:
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    return f"read_parquet([{listed}], filename = true, file_row_number = true)"
+
+
+def within(data: pa.Table, key: list[str], rel: str) -> pa.Table:
+    """Entries of versions superseded inside one key-sorted (key ASC, seq DESC) table."""
+    n = data.num_rows
+    if n < 2:
+        return ENTRIES.empty_table()
+    same = None
+    for k in key:
+        col = data.column(k).combine_chunks()
+        eq = pc.equal(col.slice(1), col.slice(0, n - 1))
+        same = eq if same is None else pc.and_(same, eq)
+    rows = np.flatnonzero(same.to_numpy(zero_copy_only=False)) + 1
+    seqs = data.column(SEQ).to_numpy()[rows - 1]
+    return pa.table({"target": _repeat(rel, len(rows)), "row": pa.array(rows, pa.int64()),
+                     "seq": pa.array(seqs, pa.int64())}, schema=ENTRIES)
+
+
+def _repeat(text: str, n: int) -> pa.Array:
+    return pa.array([text], pa.string()).take(pa.array(np.zeros(n, dtype=np.int64)))
+
+
+def superseded(data: pa.Table, key: list[str], warehouse: Path, live: list[str]) -> pa.Table:
+    """Entries for the newest version, in the `live` deltas (relative paths), of every key of
+    `data`, superseded at the oldest seq `data` has for the key."""
+    if not live or data.num_rows == 0:
+        return ENTRIES.empty_table()
+    keys = ", ".join(_q(k) for k in key)
+    con = engine.cursor()
+    try:
+        con.register("batch", data.select(list(key) + [SEQ]))
+        prefix = str(warehouse) + os.sep
+        rows = con.sql(
+            f"WITH b AS (SELECT {keys}, min({_q(SEQ)}) AS s FROM batch GROUP BY {keys}), "
+            f"o AS (SELECT {keys}, {_q(SEQ)}, filename, file_row_number FROM {_files_sql([prefix + p for p in live])}) "
+            f"SELECT arg_max(struct_pack(f := o.filename, r := o.file_row_number), o.{_q(SEQ)}) AS t, min(b.s) AS s "
+            f"FROM o JOIN b USING ({keys}) GROUP BY {', '.join('o.' + _q(k) for k in key)}"
+        ).to_arrow_table()
+    finally:
+        con.close()
+    t = rows.column("t").combine_chunks() if rows.num_rows else pa.array([], pa.struct([("f", pa.string()), ("r", pa.int64())]))
+    target = pc.utf8_slice_codeunits(t.field("f"), len(prefix)) if rows.num_rows else pa.array([], pa.string())
+    return pa.table({"target": target, "row": t.field("r").cast(pa.int64()), "seq": rows.column("s").cast(pa.int64())},
+                    schema=ENTRIES)
+
+
+def rebuild(data: pa.Table, rel: str, key: list[str], warehouse: Path, others: list[str]) -> pa.Table:
+    """Every entry of a partition whose live deltas are `others` (relative paths) plus `data`
+    (a key-sorted delta about to be written at `rel`): for each version, the seq of the key's
+    next newer version, if any. Used for compaction outputs."""
+    keys = ", ".join(_q(k) for k in key)
+    prefix = str(warehouse) + os.sep
+    con = engine.cursor()
+    try:
+        con.register("fresh", data.select(list(key) + [SEQ]))
+        parts = [f"SELECT {keys}, {_q(SEQ)}, '{rel.replace(chr(39), chr(39) * 2)}' AS target,"
+                 f" (row_number() OVER () - 1)::BIGINT AS row FROM fresh"]
+        if others:
+            parts.append(
+                f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS target, file_row_number::BIGINT AS row"
+                f" FROM {_files_sql([prefix + p for p in others])}"
+            )
+        return con.sql(
+            f"SELECT target, row, newer AS seq FROM (SELECT target, row, lag({_q(SEQ)}) OVER"
+            f" (PARTITION BY {keys} ORDER BY {_q(SEQ)} DESC) AS newer FROM ({' UNION ALL '.join(parts)}))"
+            f" WHERE newer IS NOT NULL"
+        ).to_arrow_table().cast(ENTRIES)
+    finally:
+        con.close()
+
+
+def write_sidecar(path: Path, entries: pa.Table) -> None:
+    """Write the entries durably (temp file, fsync, rename; the caller fsyncs the folder)."""
+    tmp = Path(str(path) + ".tmp")
+    pq.write_table(entries.sort_by([("target", "ascending"), ("row", "ascending")]), tmp, compression="zstd")
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+@contextmanager
+def partition_lock(folder: Path) -> Iterator[None]:
+    """Serialize the writers (checkpoints, compactions) of one partition, across processes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _trusted(con, warehouse: Path, paths: list[str]) -> list[str] | None:
+    """The sidecars of `paths` (those with entries), after checking each delta's footer count
+    against its sidecar; None when a delta has no deletion vectors or a sidecar is missing or
+    damaged (never trusted: the caller merges)."""
+    files = ", ".join(_lit(str(warehouse / p)) for p in paths)
+    try:
+        counts = dict(con.sql(
+            f"SELECT file_name, decode(value) FROM parquet_kv_metadata([{files}]) WHERE decode(key) = 'htap.dv'"
+        ).fetchall())
+    except duckdb.Error:
+        return None  # a damaged delta: the merge's read reports it
+    sides = []
+    for rel in paths:
+        n = counts.get(str(warehouse / rel))
+        if n is None:
+            return None
+        if int(n):
+            sides.append((rel, int(n)))
+    if not sides:
+        return []
+    try:
+        found = dict(con.sql(
+            f"SELECT filename, count(*) FROM read_parquet([{', '.join(_lit(str(warehouse / sidecar(r))) for r, _ in sides)}],"
+            f" filename = true) GROUP BY filename"
+        ).fetchall())
+    except duckdb.Error as e:
+        log.warning("deletion vectors unreadable (%s): reading the partition with a merge", str(e).splitlines()[0])
+        return None
+    for rel, n in sides:
+        if found.get(str(warehouse / sidecar(rel))) != n:
+            log.warning("deletion vectors of %s damaged (footer says %d entries): reading with a merge", rel, n)
+            return None
+    return [sidecar(r) for r, _ in sides]
+
+
+def visible_source(con, warehouse: Path, paths: list[str], seq: int, columns: list[str]) -> str | None:
+    """A relation (SQL) of the partition's versions that no newer version at or below `seq`
+    supersedes — `columns`, `_seq` and `_op`: per delta, a scan of the file positionally joined
+    with a boolean `keep` column built from its entries at or below `seq` (no hashing, no per-key
+    work; DuckDB never pushes a filter below a positional join, so the rows stay aligned). The
+    caller still filters `_seq <= seq`, the truncation floor and `_op`. None when some delta has
+    no trustworthy deletion vectors (the caller then merges). Registers the masks on `con`."""
+    sides = _trusted(con, warehouse, paths)
+    if sides is None:
+        return None
+    cols = ", ".join(_q(c) for c in dict.fromkeys([*columns, SEQ, OP]))
+    hidden: dict[str, np.ndarray] = {}
+    if sides:
+        entries = con.sql(
+            f"SELECT target, row FROM read_parquet([{', '.join(_lit(str(warehouse / s)) for s in sides)}])"
+            f" WHERE seq <= {int(seq)} AND target IN ({', '.join(_lit(p) for p in paths)}) ORDER BY target"
+        ).to_arrow_table()
+        if entries.num_rows:
+            targets = entries.column("target").to_numpy(zero_copy_only=False)
+            rows = entries.column("row").to_numpy()
+            starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+            for a, b in zip(starts, np.r_[starts[1:], len(targets)]):
+                hidden[str(targets[a])] = rows[a:b]
+    parts = []
+    for i, rel in enumerate(paths):
+        f = _lit(str(warehouse / rel))
+        rows = hidden.get(rel)
+        if rows is None:
+            parts.append(f"SELECT {cols} FROM read_parquet({f})")
+            continue
+        keep = np.ones(pq.read_metadata(warehouse / rel).num_rows, dtype=bool)
+        keep[rows] = False
+        con.register(f"__keep_{i}", pa.table({"__keep": keep}))
+        parts.append(f"SELECT {cols} FROM (SELECT * FROM read_parquet({f}) POSITIONAL JOIN __keep_{i}) WHERE __keep")
+    return "(" + " UNION ALL ".join(parts) + ")"
