@@ -165,8 +165,11 @@ class HtapDataSource(DataSource):
         if is_system_table(opts.schema, opts.table):
             return spark_ddl(SCHEMAS[opts.table])
         _, store, table = _open(opts)
-        store.close()
-        return spark_ddl(table.arrow_schema)
+        try:
+            _deltas, rows, size = store.delta_stats(table.id)
+        finally:
+            store.close()
+        return spark_ddl(table.arrow_schema, (rows, size))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from htap.pushdown.system_tables import is_system_table
@@ -296,6 +299,7 @@ class HtapReader(DataSourceReader):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from htap.conf import load_config
+        from htap.pushdown import partials
         from htap.pushdown.source_reader import read_source
         from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
@@ -310,8 +314,12 @@ class HtapReader(DataSourceReader):
         if subplan.needs_no_column:  # `SELECT 1 FROM t`: read the first key column, hand Spark only the rows
             carrier = table.key[0]
             subplan, output = subplan.carrying_rows(carrier), pa.schema([table.arrow_schema.field(carrier)])
-        for batch in read_source(cfg.source(partition.source), table, subplan, output, partition.snapshot):
-            yield batch.select([]) if len(self.schema) == 0 else batch
+        sums = partials.decimal_sums(subplan, output)
+        for batch in read_source(cfg.source(partition.source), table, subplan, partials.wide(output, sums), partition.snapshot):
+            if len(self.schema) == 0:
+                yield batch.select([])
+            else:
+                yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
         from pathlib import Path
