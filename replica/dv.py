@@ -247,14 +247,14 @@ def visible_source(con, warehouse: Path, paths: list[str], seq: int, columns: li
     if sides:
         entries = con.sql(
             f"SELECT target, row FROM read_parquet([{', '.join(_lit(str(warehouse / s)) for s in sides)}])"
-            f" WHERE seq <= {int(seq)} AND target IN ({', '.join(_lit(p) for p in paths)}) ORDER BY target"
+            f" WHERE seq <= {int(seq)}"
         ).to_arrow_table()
         if entries.num_rows:
-            targets = entries.column("target").to_numpy(zero_copy_only=False)
+            targets = entries.column("target").combine_chunks().dictionary_encode()
+            which = targets.indices.to_numpy()
             rows = entries.column("row").to_numpy()
-            starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
-            for a, b in zip(starts, np.r_[starts[1:], len(targets)]):
-                hidden[str(targets[a])] = rows[a:b]
+            for j, target in enumerate(targets.dictionary.to_pylist()):  # one pass per delta, not per row
+                hidden[target] = rows[which == j]
     parts = []
     for i, rel in enumerate(paths):
         f = _lit(str(warehouse / rel))
