@@ -7,6 +7,7 @@ file, never a reference to a file that is not fully on disk.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from contextlib import ExitStack
@@ -23,6 +24,8 @@ from htap.replica import dv as dvs
 from htap.replica.metadata import NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -74,7 +77,9 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
     target = delta_schema(table.arrow_schema)
     data = data.select(target.names).cast(target)
     if complete is not None and pc.any(pc.not_equal(data.column(UNSET_MASK), 0)).as_py():
+        arrived = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py()
         data = complete(data).select(target.names).cast(target)
+        log.info("%s partition %d: %d partial updates completed at write time", table.qualified_name, part, arrived)
     seqs = data.column(SEQ)
     rel = f"{table_dir(table)}/p{part:04d}/{uuid.uuid4().hex}.parquet"
     path = warehouse / rel
