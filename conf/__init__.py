@@ -38,6 +38,7 @@ REPLICA_KEYS: dict[str, tuple[object, str]] = {
     "compaction_min_bytes": (4 << 20, "size limit of the smallest compaction tier"),
     "compaction_ratio": (4.0, "growth of the size limit from one tier to the next"),
     "max_deltas": (12, "deltas per partition above which all of them are merged"),
+    "source_range_rows": (250_000, "rows per key range of a source (failover) read; ranges run as parallel Spark tasks at one snapshot"),
 }
 POSTGRES_KEYS: dict[str, tuple[object, str]] = {
     "kind": ("postgres", "source kind: postgres, mysql (also MariaDB) or debezium"),
@@ -216,6 +217,7 @@ class HtapConfig:
     compaction_min_bytes: int = 4 << 20
     compaction_ratio: float = 4.0
     max_deltas: int = 12
+    source_range_rows: int = 250_000
     sources: dict[str, SourceConfig] = field(default_factory=dict)
     service: ServiceConfig = ServiceConfig()  # [service]: metrics, health, source watching
 
@@ -303,7 +305,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
 # Lowest value of each replica number the service can run with.
 REPLICA_MINIMUM: dict[str, float] = {
     "flush_interval_s": 0, "flush_max_changes": 1, "partition_rows": 1, "window_s": 0, "pin_ttl_s": 0,
-    "compaction_interval_s": 0, "compaction_min_bytes": 1, "max_deltas": 1,
+    "compaction_interval_s": 0, "compaction_min_bytes": 1, "max_deltas": 1, "source_range_rows": 1,
 }
 
 

@@ -337,6 +337,33 @@ class PostgresSource(ChangeSource, QueryableSource):
     def read(self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
         return read_query(self.config.dsn, self.render(table, subplan), output, snapshot)
 
+    def split_points(self, table: SourceTable, range_rows: int) -> list:
+        """From the planner's statistics (pg_stats histogram of the first key column, pg_class
+        row estimate): no scan. None until the table was analyzed (autovacuum does it)."""
+        key0 = table.key[0]
+        t = table.arrow_schema.field(key0).type
+        array = "bigint[]" if pa.types.is_integer(t) else "text[]" if pa.types.is_string(t) else "date[]" if pa.types.is_date32(t) else None
+        if array is None:
+            return []
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"SELECT c.reltuples, s.histogram_bounds::text::{array} FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " LEFT JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = %s"
+                    " WHERE n.nspname = %s AND c.relname = %s",
+                    (key0, table.schema, table.name),
+                )
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if row is None or not row[1] or row[0] <= range_rows:
+            return []
+        bounds = row[1]
+        n = min(len(bounds), -(-int(row[0]) // range_rows))
+        return sorted({bounds[len(bounds) * i // n] for i in range(1, n)})
+
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         return check_select(self.config.dsn, user, table.schema, table.name, columns)
 

@@ -75,6 +75,12 @@ class QueryableSource(ABC):
         verifier build their SQL from). Default: as described."""
         return table
 
+    def split_points(self, table: SourceTable, range_rows: int) -> list:
+        """Values of the first key column that split the table into ranges of about `range_rows`
+        rows, read in parallel at one shared snapshot; sorted as Spark orders them. Default: none
+        (one read), for a source whose snapshot cannot be shared between connections."""
+        return []
+
     def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
         """The subplan as this source's SQL (rewrite.render; the dialect's comparison semantics)."""
         query = render.select(subplan, self.relation(table), [c.name for c in table.columns])
@@ -145,6 +151,9 @@ class ThroughOrigin(QueryableSource):
 
     def export_snapshot(self, *, exact_seq: bool = True) -> SourceSnapshot:
         return self.inner.export_snapshot(exact_seq=exact_seq)
+
+    def split_points(self, table: SourceTable, range_rows: int) -> list:
+        return self.inner.split_points(table, range_rows)
 
     def server_process(self) -> int | str:
         return self.inner.server_process()

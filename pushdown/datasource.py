@@ -165,8 +165,11 @@ class HtapDataSource(DataSource):
         if is_system_table(opts.schema, opts.table):
             return spark_ddl(SCHEMAS[opts.table])
         _, store, table = _open(opts)
-        store.close()
-        return spark_ddl(table.arrow_schema)
+        try:
+            _deltas, rows, size = store.delta_stats(table.id)
+        finally:
+            store.close()
+        return spark_ddl(table.arrow_schema, (rows, size))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from htap.pushdown.system_tables import is_system_table
@@ -227,7 +230,7 @@ class HtapReader(DataSourceReader):
     def _plan(self, opts: ScanOptions, schema: StructType) -> None:
         from htap.pushdown.planning import ScanRequest, plan_scan
         from htap.pushdown.routing import ROUTE_REPLICA
-        from htap.pushdown.source_reader import check_access
+        from htap.pushdown.source_reader import check_access, source_ranges
         from htap.pushdown.source_snapshot import export_held_snapshot
         from htap.rewrite.subplan import PushedSubplan
 
@@ -263,7 +266,12 @@ class HtapReader(DataSourceReader):
                     for read in plan.reads
                 ]
             else:
-                self._partitions = [SourcePartition(str(cfg.path), source.name, table.id, opts.pushed, plan.source_snapshot)]
+                # Key ranges as parallel tasks, only at a snapshot they all share (issue 14).
+                ranges = (source_ranges(source, table, opts.pushed, cfg.source_range_rows)
+                          if plan.source_snapshot else [opts.pushed])
+                self._partitions = [
+                    SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot) for pushed in ranges
+                ]
         finally:
             store.close()
 
@@ -291,6 +299,7 @@ class HtapReader(DataSourceReader):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from htap.conf import load_config
+        from htap.pushdown import partials
         from htap.pushdown.source_reader import read_source
         from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
@@ -305,8 +314,12 @@ class HtapReader(DataSourceReader):
         if subplan.needs_no_column:  # `SELECT 1 FROM t`: read the first key column, hand Spark only the rows
             carrier = table.key[0]
             subplan, output = subplan.carrying_rows(carrier), pa.schema([table.arrow_schema.field(carrier)])
-        for batch in read_source(cfg.source(partition.source), table, subplan, output, partition.snapshot):
-            yield batch.select([]) if len(self.schema) == 0 else batch
+        sums = partials.decimal_sums(subplan, output)
+        for batch in read_source(cfg.source(partition.source), table, subplan, partials.wide(output, sums), partition.snapshot):
+            if len(self.schema) == 0:
+                yield batch.select([])
+            else:
+                yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
         from pathlib import Path

@@ -25,6 +25,7 @@ from htap.replica import dv
 from htap.replica.health import damaged, first_damage
 from htap.replica.merge import current_rows_sql, evolved, versioned_source
 from htap.replica.models import delta_schema
+from htap.pushdown import partials
 from htap.replica.snapshot import ReadPlan
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
@@ -62,7 +63,8 @@ def replica_sql(
                               key_conditions=conditions)
     current = sqlglot.parse_one(latest, read="duckdb")
     rest = PushedSubplan(
-        columns=subplan.columns, filters=tuple(row_filters), group_by=subplan.group_by, aggregates=subplan.aggregates
+        columns=subplan.columns, filters=tuple(row_filters), group_by=subplan.group_by, aggregates=subplan.aggregates,
+        where=subplan.where,
     )
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
 
@@ -116,7 +118,7 @@ def read_replica(
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:
-            yield _conform(batch, output_schema)
+            yield from _conform(batch, output_schema, subplan)
     except duckdb.Error as e:
         con.close()
         # Damage only if a file is: our own query failing on intact files is a bug, not damage.
@@ -131,14 +133,15 @@ def read_replica(
         con.close()
 
 
-def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """Rename to the output names and cast to the exact types Spark expects."""
+def _conform(batch: pa.RecordBatch, schema: pa.Schema, subplan: PushedSubplan) -> Iterator[pa.RecordBatch]:
+    """Rename to the output names and cast to the exact types Spark expects (decimal partial sums
+    split to fit theirs, see htap.pushdown.partials)."""
     if len(schema) == 0:
-        return batch.select([])  # the rows, without columns (see replica_sql)
+        yield batch.select([])  # the rows, without columns (see replica_sql)
+        return
     if batch.num_columns != len(schema):
         raise InternalQueryError(f"replica query returned {batch.num_columns} columns, Spark expects {len(schema)}")
-    arrays = [col.cast(field.type) if col.type != field.type else col for col, field in zip(batch.columns, schema)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    yield from partials.fit(batch, subplan, schema)
 
 
 def read_plan(

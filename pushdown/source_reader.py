@@ -7,6 +7,7 @@ database answers, and how, is the source's business (htap.connectors.registry.op
 
 from __future__ import annotations
 
+import json
 from typing import Iterator
 
 import pyarrow as pa
@@ -30,3 +31,33 @@ def read_source(
 def check_access(source: SourceConfig, user: str, table: TableInfo, columns: list[str]) -> str | None:
     """None if the source user may read those columns, else the reason (the replica never widens access)."""
     return open_queryable(source).check_select(user, table, columns)
+
+
+def _bound(value, t: pa.DataType) -> dict:
+    if pa.types.is_integer(t):
+        return {"type": "long", "value": int(value)}
+    if pa.types.is_date32(t):
+        return {"type": "date", "value": value.isoformat()}
+    return {"type": "string", "value": str(value)}
+
+
+def source_ranges(source: SourceConfig, table: TableInfo, pushed: str | None, range_rows: int) -> list[str]:
+    """The pushed subplan (JSON) once per key range of the source's table: [first, b1), [b1, b2),
+    ..., [bk, last] on the first key column. Read in parallel, the ranges must share one source
+    snapshot (the caller only splits when one is exported)."""
+    points = open_queryable(source).split_points(table, range_rows)
+    if not points:
+        return [pushed or "{}"]
+    key0 = table.key[0]
+    t = table.arrow_schema.field(key0).type
+    raw = json.loads(pushed) if pushed else {}
+    edges = [None, *points, None]
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        bounds = []
+        if lo is not None:
+            bounds.append({"op": "ge", "col": key0, "value": _bound(lo, t)})
+        if hi is not None:
+            bounds.append({"op": "lt", "col": key0, "value": _bound(hi, t)})
+        out.append(json.dumps({**raw, "filters": [*raw.get("filters", []), *bounds]}))
+    return out

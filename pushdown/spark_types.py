@@ -35,6 +35,16 @@ def spark_type(t: pa.DataType) -> str:
     raise TableError(f"Arrow type {t} has no Spark mapping")
 
 
-def spark_ddl(schema: pa.Schema) -> str:
-    """A Spark DDL string for the schema; every column nullable (Spark only trusts the reader)."""
-    return ", ".join(f"`{f.name.replace('`', '``')}` {spark_type(f.type)}" for f in schema)
+STATS_COMMENT = "htap.stats:"  # keep in sync with HtapCatalog.java
+
+
+def spark_ddl(schema: pa.Schema, stats: tuple[int, int] | None = None) -> str:
+    """A Spark DDL string for the schema; every column nullable (Spark only trusts the reader).
+
+    `stats` (row versions, bytes of the live deltas) ride on the first column's comment: the
+    shim takes them off again (HtapCatalog) and reports them to Spark's optimizer
+    (SupportsReportStatistics), without another round trip to Python."""
+    columns = [f"`{f.name.replace('`', '``')}` {spark_type(f.type)}" for f in schema]
+    if stats is not None and columns:
+        columns[0] += f" COMMENT '{STATS_COMMENT}rows={int(stats[0])};bytes={int(stats[1])}'"
+    return ", ".join(columns)

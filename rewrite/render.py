@@ -10,7 +10,7 @@ import datetime as dt
 
 from sqlglot import exp
 
-from htap.rewrite.subplan import Aggregate, Literal, Predicate, PushedSubplan, SubplanError
+from htap.rewrite.subplan import Aggregate, Expr, Literal, Predicate, PushedSubplan, SubplanError
 
 _CMP = {"eq": exp.EQ, "eq_null_safe": exp.NullSafeEQ, "gt": exp.GT, "ge": exp.GTE, "lt": exp.LT, "le": exp.LTE}
 
@@ -72,11 +72,93 @@ def predicate(p: Predicate) -> exp.Expression:
     raise SubplanError(f"cannot render filter {p!r}")
 
 
+# --- typed expressions (Spark's V2 expressions) -------------------------------------------------
+
+_SQL_TYPES = {
+    "tinyint": "SMALLINT", "smallint": "SMALLINT", "int": "INT", "bigint": "BIGINT", "float": "REAL",
+    "double": "DOUBLE", "string": "TEXT", "boolean": "BOOLEAN", "date": "DATE", "timestamp": "TIMESTAMPTZ",
+    "timestamp_ntz": "TIMESTAMP",
+}
+_BINARY = {
+    "=": exp.EQ, "<>": exp.NEQ, "<=>": exp.NullSafeEQ, "<": exp.LT, "<=": exp.LTE, ">": exp.GT, ">=": exp.GTE,
+    "+": exp.Add, "-": exp.Sub, "*": exp.Mul,
+}
+_MATCHES = {"STARTS_WITH": "starts_with", "ENDS_WITH": "ends_with", "CONTAINS": "contains"}
+
+
+def sql_type(spark_type: str) -> exp.DataType:
+    """Spark's type name (`decimal(12,2)`, `int`, ...) as a SQL type every target spells."""
+    t = spark_type.strip().lower()
+    if t.startswith("decimal"):
+        return exp.DataType.build(t.upper())
+    if t not in _SQL_TYPES:
+        raise SubplanError(f"cannot render Spark type {spark_type!r}")
+    return exp.DataType.build(_SQL_TYPES[t])
+
+
+def _typed(node: exp.Expression, spark_type: str) -> exp.Expression:
+    return exp.Cast(this=exp.paren(node, copy=False), to=sql_type(spark_type))
+
+
+def expr(e: Expr) -> exp.Expression:
+    """A typed expression. Arithmetic and literals are cast to their Spark type, so every
+    target computes in Spark's precision and scale (exact: V2Json passes only exact operations)."""
+    if e.form == "col":
+        return column(e.name)
+    if e.form == "lit":
+        lit = literal(e.value)
+        if e.value.type in ("string", "boolean") or not e.type or e.type == "void":
+            return lit
+        return exp.Cast(this=lit, to=sql_type(e.type))
+    op, args = e.name, e.args
+    if op in ("+", "-", "*"):
+        return _typed(_BINARY[op](this=exp.paren(expr(args[0]), copy=False), expression=exp.paren(expr(args[1]), copy=False)), e.type)
+    if op in _BINARY:
+        return _BINARY[op](this=expr(args[0]), expression=expr(args[1]))
+    if op == "NEG":
+        return _typed(exp.Neg(this=exp.paren(expr(args[0]), copy=False)), e.type)
+    if op == "AND":
+        return exp.and_(*(exp.paren(expr(a), copy=False) for a in args))
+    if op == "OR":
+        return exp.or_(*(exp.paren(expr(a), copy=False) for a in args))
+    if op == "NOT":
+        return exp.Not(this=exp.paren(expr(args[0]), copy=False))
+    if op == "IS_NULL":
+        return exp.Is(this=expr(args[0]), expression=exp.Null())
+    if op == "IS_NOT_NULL":
+        return exp.Not(this=exp.Is(this=expr(args[0]), expression=exp.Null()))
+    if op == "IN":
+        return exp.In(this=expr(args[0]), expressions=[expr(a) for a in args[1:]])
+    if op in _MATCHES:
+        if args[1].form != "lit":
+            raise SubplanError(f"{op} needs a literal pattern: {e!r}")
+        pattern = _like_pattern(_MATCHES[op], str(args[1].value.value))
+        like = exp.Like(this=expr(args[0]), expression=exp.Literal.string(pattern))
+        return exp.Escape(this=like, expression=exp.Literal.string("\\"))
+    if op == "CASE_WHEN":
+        case = exp.Case()
+        pairs = len(args) // 2
+        for i in range(pairs):
+            case = case.when(expr(args[2 * i]), _typed(expr(args[2 * i + 1]), e.type), copy=False)
+        if len(args) % 2:
+            case = case.else_(_typed(expr(args[-1]), e.type), copy=False)
+        return case
+    if op == "COALESCE":
+        return exp.Coalesce(this=expr(args[0]), expressions=[expr(a) for a in args[1:]])
+    if op == "SUBSTRING":
+        return exp.Substring(this=expr(args[0]), start=expr(args[1]), length=expr(args[2]) if len(args) > 2 else None)
+    if op == "extract":
+        return _typed(exp.Extract(this=exp.var(e.field), expression=expr(args[0])), "int")
+    if op == "cast":
+        return exp.Cast(this=expr(args[0]), to=sql_type(e.type))
+    raise SubplanError(f"cannot render expression {e!r}")
+
+
 def aggregate(a: Aggregate) -> exp.Expression:
     if a.fn == "count_star":
         return exp.Count(this=exp.Star())
     fn = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Max}[a.fn]
-    return fn(this=column(a.col))
+    return fn(this=expr(a.input))
 
 
 def select(subplan: PushedSubplan, source: exp.Expression, all_columns: list[str]) -> exp.Select:
@@ -84,13 +166,15 @@ def select(subplan: PushedSubplan, source: exp.Expression, all_columns: list[str
     if subplan.needs_no_column:
         raise SubplanError("a subplan that selects no column cannot be rendered: use subplan.carrying_rows(column)")
     if subplan.aggregating:
-        outputs = [column(c) for c in subplan.group_by]
+        outputs = [expr(g) if g.form == "col" else expr(g).as_(f"group{i}", quoted=True) for i, g in enumerate(subplan.group_by)]
         outputs += [aggregate(a).as_(f"agg{i}", quoted=True) for i, a in enumerate(subplan.aggregates)]
     else:
         outputs = [column(c) for c in (subplan.columns if subplan.columns is not None else all_columns)]
     q = exp.select(*outputs).from_(source)
     for f in subplan.filters:
         q = q.where(predicate(f), copy=False)
+    for w in subplan.where:
+        q = q.where(exp.paren(expr(w), copy=False), copy=False)
     if subplan.group_by:
-        q = q.group_by(*(column(c) for c in subplan.group_by), copy=False)
+        q = q.group_by(*(expr(g) for g in subplan.group_by), copy=False)
     return q

@@ -15,6 +15,16 @@ JSON form (all keys optional):
           | {"op": "and"|"or", "args": [<expr>, <expr>]} | {"op": "not", "arg": <expr>}
   <lit>  := {"type": "null"|"boolean"|"long"|"double"|"decimal"|"string"|"date"|"timestamp"
                      |"timestamp_ntz", "value": ...}   # timestamp: epoch microseconds (UTC)
+
+Typed expressions (Spark's V2 expressions, catalog/java/io/sparkhtap/V2Json.java), each with its
+Spark result type (`int`, `decimal(12,2)`, `string`, ...), which renderers cast to:
+  "where": [<vexpr>, ...]                                   # more conjuncts, beside "filters"
+  "group_by": [..., <vexpr>]                                # a column name or an expression
+  "aggregates": [{"fn": "sum"|"count"|"min"|"max", "arg": <vexpr>}, ...]
+  <vexpr> := {"col": c, "type": t} | {"lit": <lit>, "type": t}
+           | {"op": OP, "type": t, "args": [<vexpr>, ...]}  (+ "field" for "extract")
+  OP: = <> <=> < <= > >= AND OR NOT IS_NULL IS_NOT_NULL IN STARTS_WITH ENDS_WITH CONTAINS
+      + - * NEG CASE_WHEN COALESCE SUBSTRING extract cast
 """
 
 from __future__ import annotations
@@ -28,6 +38,11 @@ COMPARISONS = ("eq", "eq_null_safe", "gt", "ge", "lt", "le")
 STRING_MATCHES = ("starts_with", "ends_with", "contains")
 LITERAL_TYPES = ("null", "boolean", "long", "double", "decimal", "string", "date", "timestamp", "timestamp_ntz")
 AGGREGATE_FUNCTIONS = ("count_star", "count", "sum", "min", "max")
+EXPRESSION_OPS = (
+    "=", "<>", "<=>", "<", "<=", ">", ">=", "AND", "OR", "NOT", "IS_NULL", "IS_NOT_NULL", "IN",
+    "STARTS_WITH", "ENDS_WITH", "CONTAINS", "+", "-", "*", "NEG", "CASE_WHEN", "COALESCE", "SUBSTRING",
+    "extract", "cast",
+)
 
 
 class SubplanError(HtapError):
@@ -56,18 +71,50 @@ class Predicate:
 
 
 @dataclass(frozen=True)
+class Expr:
+    """A typed expression: a column, a literal or an operation; `type` is Spark's result type."""
+
+    form: str  # "col" | "lit" | "op"
+    type: str = ""
+    name: str | None = None  # the column (col) or the operation (op)
+    value: Literal | None = None  # lit
+    args: tuple["Expr", ...] = ()
+    field: str | None = None  # extract: YEAR, MONTH, DAY, QUARTER
+
+    @classmethod
+    def column(cls, name: str, type: str = "") -> "Expr":
+        return cls("col", type, name)
+
+    def columns(self) -> set[str]:
+        out = {self.name} if self.form == "col" and self.name else set()
+        for a in self.args:
+            out |= a.columns()
+        return out
+
+
+@dataclass(frozen=True)
 class Aggregate:
     fn: str
     col: str | None = None
+    arg: Expr | None = None  # an expression instead of a column
+
+    @property
+    def input(self) -> Expr | None:
+        return self.arg if self.arg is not None else (Expr.column(self.col) if self.col else None)
 
 
 @dataclass(frozen=True)
 class PushedSubplan:
     columns: tuple[str, ...] | None = None  # None: every column
     filters: tuple[Predicate, ...] = ()
-    group_by: tuple[str, ...] = ()
+    group_by: tuple[Expr, ...] = ()  # column names given here become column expressions
     aggregates: tuple[Aggregate, ...] = ()
     raw: dict = field(default_factory=dict, compare=False)
+    where: tuple[Expr, ...] = ()  # typed conjuncts beside `filters` (those prune partitions)
+
+    def __post_init__(self):
+        groups = tuple(Expr.column(g) if isinstance(g, str) else g for g in self.group_by)
+        object.__setattr__(self, "group_by", groups)
 
     @property
     def aggregating(self) -> bool:
@@ -83,15 +130,18 @@ class PushedSubplan:
         can select nothing (`SELECT FROM t`), so the reader selects one column and drops it."""
         if not self.needs_no_column:
             return self
-        return PushedSubplan(columns=(column,), filters=self.filters, raw=self.raw)
+        return PushedSubplan(columns=(column,), filters=self.filters, raw=self.raw, where=self.where)
 
     def referenced_columns(self) -> set[str]:
         """Every table column the subplan reads (to prune what is scanned)."""
         cols: set[str] = set(self.columns or ())
         for f in self.filters:
             cols |= f.columns()
-        cols |= set(self.group_by)
-        cols |= {a.col for a in self.aggregates if a.col}
+        for e in self.where + self.group_by:
+            cols |= e.columns()
+        for a in self.aggregates:
+            if a.input is not None:
+                cols |= a.input.columns()
         return cols
 
     def to_dict(self) -> dict:
@@ -109,16 +159,17 @@ class PushedSubplan:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "PushedSubplan":
-        unknown = set(raw) - {"columns", "filters", "group_by", "aggregates"}
+        unknown = set(raw) - {"columns", "filters", "group_by", "aggregates", "where"}
         if unknown:
             raise SubplanError(f"pushed subplan has unknown keys {sorted(unknown)}")
         columns = raw.get("columns")
         return cls(
             columns=None if columns is None else tuple(columns),
             filters=tuple(_predicate(f) for f in raw.get("filters", [])),
-            group_by=tuple(raw.get("group_by", [])),
+            group_by=tuple(g if isinstance(g, str) else _expr(g) for g in raw.get("group_by", [])),
             aggregates=tuple(_aggregate(a) for a in raw.get("aggregates", [])),
             raw=raw,
+            where=tuple(_expr(e) for e in raw.get("where", [])),
         )
 
 
@@ -146,4 +197,17 @@ def _predicate(raw: dict) -> Predicate:
 def _aggregate(raw: dict) -> Aggregate:
     if raw.get("fn") not in AGGREGATE_FUNCTIONS:
         raise SubplanError(f"unknown pushed aggregate {raw!r}")
-    return Aggregate(raw["fn"], raw.get("col"))
+    return Aggregate(raw["fn"], raw.get("col"), _expr(raw["arg"]) if "arg" in raw else None)
+
+
+def _expr(raw: dict) -> Expr:
+    if not isinstance(raw, dict):
+        raise SubplanError(f"pushed expression is not an object: {raw!r}")
+    t = raw.get("type", "")
+    if "col" in raw:
+        return Expr("col", t, raw["col"])
+    if "lit" in raw:
+        return Expr("lit", t, value=_literal(raw["lit"]))
+    if raw.get("op") in EXPRESSION_OPS:
+        return Expr("op", t, raw["op"], args=tuple(_expr(a) for a in raw.get("args", [])), field=raw.get("field"))
+    raise SubplanError(f"unknown pushed expression {raw!r}")

@@ -76,7 +76,7 @@ def apply_subplan(rows: list[dict], sp: PushedSubplan) -> list[tuple]:
         return sortable([tuple(r[c] for c in cols) for r in rows])
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault(tuple(r[c] for c in sp.group_by), []).append(r)
+        groups.setdefault(tuple(r[c.name] for c in sp.group_by), []).append(r)
     if not sp.group_by:
         groups.setdefault((), [])
     out = []

@@ -15,6 +15,8 @@ import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -106,8 +108,25 @@ public class HtapCatalog implements TableCatalog {
       if (e instanceof RuntimeException) throw (RuntimeException) e;
       throw new IllegalStateException(e.getMessage(), e);
     }
-    return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions);
+    long[] stats = null;  // row versions and bytes of the live deltas (spark_ddl puts them on the first column)
+    if (schema.fields().length > 0) {
+      StructField first = schema.fields()[0];
+      scala.Option<String> comment = first.getComment();
+      if (comment.isDefined() && comment.get().startsWith(STATS_COMMENT)) {
+        stats = new long[2];
+        for (String part : comment.get().substring(STATS_COMMENT.length()).split(";")) {
+          String[] kv = part.split("=", 2);
+          stats[kv[0].equals("rows") ? 0 : 1] = Long.parseLong(kv[1]);
+        }
+        StructField[] fields = schema.fields().clone();
+        fields[0] = new StructField(first.name(), first.dataType(), first.nullable(), Metadata.empty());
+        schema = new StructType(fields);
+      }
+    }
+    return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions, stats);
   }
+
+  static final String STATS_COMMENT = "htap.stats:";  // keep in sync with htap.pushdown.spark_types
 
   static PythonDataSourceV2 newDataSource() {
     PythonDataSourceV2 ds = new PythonDataSourceV2();

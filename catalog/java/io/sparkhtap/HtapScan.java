@@ -7,13 +7,18 @@ import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.Statistics;
+import org.apache.spark.sql.connector.read.SupportsReportStatistics;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** Spark's Python scan, described with what was pushed into it (so EXPLAIN shows it). */
-public class HtapScan implements Scan {
+/**
+ * Spark's Python scan, described with what was pushed into it (so EXPLAIN shows it), with size
+ * estimates from the metadata (so Spark broadcasts small tables in joins).
+ */
+public class HtapScan implements Scan, SupportsReportStatistics {
   private final String description;
   private final String tableName;
   private final StructType outputSchema;
@@ -22,11 +27,34 @@ public class HtapScan implements Scan {
   private volatile String snapshotTables;
   private Scan python;
 
-  HtapScan(String tableName, StructType outputSchema, Map<String, String> options, String description) {
+  private final long[] estimate;  // rows, bytes; null when unknown
+  private final boolean rowsKnown;  // false for a pushed aggregate (fewer rows than the table)
+
+  HtapScan(String tableName, StructType outputSchema, Map<String, String> options, String description,
+           long[] estimate, boolean rowsKnown) {
     this.tableName = tableName;
     this.outputSchema = outputSchema;
     this.options = options;
     this.description = description;
+    this.estimate = estimate;
+    this.rowsKnown = rowsKnown;
+  }
+
+  @Override
+  public Statistics estimateStatistics() {
+    final java.util.OptionalLong rows = estimate != null && rowsKnown ? java.util.OptionalLong.of(estimate[0]) : java.util.OptionalLong.empty();
+    final java.util.OptionalLong bytes = estimate != null ? java.util.OptionalLong.of(estimate[1]) : java.util.OptionalLong.empty();
+    return new Statistics() {
+      @Override
+      public java.util.OptionalLong sizeInBytes() {
+        return bytes;
+      }
+
+      @Override
+      public java.util.OptionalLong numRows() {
+        return rows;
+      }
+    };
   }
 
   /** "catalog.schema.table" as the query named it. */

@@ -17,57 +17,75 @@ import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
 import org.apache.spark.sql.connector.expressions.aggregate.Max;
 import org.apache.spark.sql.connector.expressions.aggregate.Min;
 import org.apache.spark.sql.connector.expressions.aggregate.Sum;
+import org.apache.spark.sql.connector.expressions.filter.Predicate;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
-import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.internal.connector.PredicateUtils;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.*;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * Takes Spark's pushed filters, required columns and partial aggregation, hands them to the
- * Python {@code htap} data source as the {@code pushed} option (JSON), and builds Spark's own
- * Python scan with the matching output schema. Filters it cannot express stay in Spark.
+ * Takes Spark's pushed predicates (V2: expressions too), required columns and partial
+ * aggregation (over expressions too), hands them to the Python {@code htap} data source as the
+ * {@code pushed} option (JSON), and builds Spark's own Python scan with the matching output
+ * schema. A predicate that is a simple column comparison goes into {@code filters} (those also
+ * prune partitions); other predicates and expressions Spark's semantics allow go into
+ * {@code where} as typed expressions (V2Json); anything else stays in Spark.
  */
 public class HtapScanBuilder
-    implements SupportsPushDownFilters, SupportsPushDownRequiredColumns, SupportsPushDownAggregates {
+    implements SupportsPushDownV2Filters, SupportsPushDownRequiredColumns, SupportsPushDownAggregates {
   private final String tableName;
   private final StructType tableSchema;
   private final Map<String, String> options;
 
   private StructType outputSchema;
-  private Filter[] pushedFilters = new Filter[0];
+  private Predicate[] pushedPredicates = new Predicate[0];
   private final ArrayNode filterJson = PushedJson.MAPPER.createArrayNode();
+  private final ArrayNode whereJson = PushedJson.MAPPER.createArrayNode();
   private ObjectNode aggregationJson;
 
-  HtapScanBuilder(String tableName, StructType tableSchema, Map<String, String> options) {
+  private final long[] stats;
+
+  HtapScanBuilder(String tableName, StructType tableSchema, Map<String, String> options, long[] stats) {
     this.tableName = tableName;
     this.tableSchema = tableSchema;
     this.options = options;
+    this.stats = stats;
     this.outputSchema = tableSchema;
   }
 
   @Override
-  public Filter[] pushFilters(Filter[] filters) {
-    List<Filter> pushed = new ArrayList<>();
-    List<Filter> rest = new ArrayList<>();
-    for (Filter f : filters) {
-      ObjectNode json = PushedJson.filter(f);
-      if (json == null) {
-        rest.add(f);
-      } else {
+  public Predicate[] pushPredicates(Predicate[] predicates) {
+    boolean ansi = SQLConf.get().ansiEnabled();
+    List<Predicate> pushed = new ArrayList<>();
+    List<Predicate> rest = new ArrayList<>();
+    for (Predicate p : predicates) {
+      scala.Option<Filter> v1 = PredicateUtils.toV1(p);
+      ObjectNode json = v1.isDefined() ? PushedJson.filter(v1.get()) : null;
+      if (json != null) {
         filterJson.add(json);
-        pushed.add(f);
+        pushed.add(p);
+        continue;
+      }
+      V2Json.Typed typed = V2Json.translate(p, tableSchema, ansi);
+      if (typed != null && typed.type instanceof BooleanType) {
+        whereJson.add(typed.json);
+        pushed.add(p);
+      } else {
+        rest.add(p);
       }
     }
-    pushedFilters = pushed.toArray(new Filter[0]);
-    return rest.toArray(new Filter[0]);
+    pushedPredicates = pushed.toArray(new Predicate[0]);
+    return rest.toArray(new Predicate[0]);
   }
 
   @Override
-  public Filter[] pushedFilters() {
-    return pushedFilters;
+  public Predicate[] pushedPredicates() {
+    return pushedPredicates;
   }
 
   @Override
@@ -79,15 +97,24 @@ public class HtapScanBuilder
 
   @Override
   public boolean pushAggregation(Aggregation aggregation) {
+    boolean ansi = SQLConf.get().ansiEnabled();
     ObjectNode json = PushedJson.MAPPER.createObjectNode();
     ArrayNode groupBy = json.putArray("group_by");
     ArrayNode aggregates = json.putArray("aggregates");
     StructType schema = new StructType();
+    int g = 0;
     for (Expression e : aggregation.groupByExpressions()) {
       String col = PushedJson.column(e);
-      if (col == null || !has(col)) return false;
-      groupBy.add(col);
-      schema = schema.add(col, tableSchema.apply(col).dataType(), true);
+      if (col != null && has(col)) {
+        groupBy.add(col);
+        schema = schema.add(col, tableSchema.apply(col).dataType(), true);
+      } else {
+        V2Json.Typed t = V2Json.translate(e, tableSchema, ansi);
+        if (t == null) return false;
+        groupBy.add(t.json);
+        schema = schema.add("group" + g, t.type, true);
+      }
+      g++;
     }
     int i = 0;
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
@@ -97,22 +124,15 @@ public class HtapScanBuilder
         a.put("fn", "count_star");
         type = DataTypes.LongType;
       } else if (f instanceof Count && !((Count) f).isDistinct()) {
-        String col = PushedJson.column(((Count) f).column());
-        if (col == null || !has(col)) return false;
-        a.put("fn", "count").put("col", col);
+        if (input(a.put("fn", "count"), ((Count) f).column(), ansi) == null) return false;
         type = DataTypes.LongType;
       } else if (f instanceof Sum && !((Sum) f).isDistinct()) {
-        String col = PushedJson.column(((Sum) f).column());
-        if (col == null || !has(col)) return false;
-        type = sumType(tableSchema.apply(col).dataType());
+        DataType in = input(a.put("fn", "sum"), ((Sum) f).column(), ansi);
+        type = in == null ? null : partialSumType(in);
         if (type == null) return false;
-        a.put("fn", "sum").put("col", col);
       } else if (f instanceof Min || f instanceof Max) {
-        Expression child = f instanceof Min ? ((Min) f).column() : ((Max) f).column();
-        String col = PushedJson.column(child);
-        if (col == null || !has(col)) return false;
-        a.put("fn", f instanceof Min ? "min" : "max").put("col", col);
-        type = tableSchema.apply(col).dataType();
+        type = input(a.put("fn", f instanceof Min ? "min" : "max"), f instanceof Min ? ((Min) f).column() : ((Max) f).column(), ansi);
+        if (type == null) return false;
       } else {
         return false;
       }
@@ -123,6 +143,19 @@ public class HtapScanBuilder
     return true;
   }
 
+  /** The aggregate's input into {@code a} ("col", or "arg" for an expression); its type, or null. */
+  private DataType input(ObjectNode a, Expression e, boolean ansi) {
+    String col = PushedJson.column(e);
+    if (col != null && has(col)) {
+      a.put("col", col);
+      return tableSchema.apply(col).dataType();
+    }
+    V2Json.Typed t = V2Json.translate(e, tableSchema, ansi);
+    if (t == null) return null;
+    a.set("arg", t.json);
+    return t.type;
+  }
+
   private boolean has(String col) {
     for (String name : tableSchema.fieldNames()) {
       if (name.equals(col)) return true;
@@ -130,8 +163,13 @@ public class HtapScanBuilder
     return false;
   }
 
-  /** The type Spark's own partial Sum produces for a column type, or null if not pushed. */
-  private static DataType sumType(DataType t) {
+  /**
+   * The type a pushed partial SUM is reported in, or null if not pushed. Spark casts every
+   * partial decimal sum to the input's own DECIMAL(p, s) before its final SUM, so that is the
+   * type reported, and the reader splits a partial sum too large for it into several rows
+   * (htap.pushdown.partials); a wider type would overflow in that cast.
+   */
+  private static DataType partialSumType(DataType t) {
     if (t instanceof ByteType || t instanceof ShortType || t instanceof IntegerType || t instanceof LongType) {
       return DataTypes.LongType;
     }
@@ -139,15 +177,29 @@ public class HtapScanBuilder
       return DataTypes.DoubleType;
     }
     if (t instanceof DecimalType) {
-      DecimalType d = (DecimalType) t;
-      return DataTypes.createDecimalType(Math.min(DecimalType.MAX_PRECISION(), d.precision() + 10), d.scale());
+      return t;
     }
     return null;
+  }
+
+  /**
+   * Rows and bytes of the scan's output, from the table's live deltas: bytes in proportion to
+   * the columns read (as Spark estimates a Parquet scan), null when unknown.
+   */
+  private long[] estimate() {
+    if (stats == null) return null;
+    double all = 0;
+    for (StructField f : tableSchema.fields()) all += f.dataType().defaultSize();
+    double read = 0;
+    for (StructField f : outputSchema.fields()) read += f.dataType().defaultSize();
+    long bytes = all <= 0 ? stats[1] : (long) Math.ceil(stats[1] * Math.min(1.0, Math.max(read, 1) / all));
+    return new long[] {stats[0], Math.max(bytes, 1)};
   }
 
   String pushedJson() {
     ObjectNode json = PushedJson.MAPPER.createObjectNode();
     json.set("filters", filterJson);
+    if (whereJson.size() > 0) json.set("where", whereJson);
     if (aggregationJson != null) {
       json.setAll(aggregationJson);
     } else {
@@ -166,6 +218,7 @@ public class HtapScanBuilder
     String pushed = pushedJson();
     Map<String, String> scanOptions = new HashMap<>(options);
     scanOptions.put("pushed", pushed);
-    return new HtapScan(tableName, outputSchema, scanOptions, "HtapScan " + tableName + " pushed=" + pushed);
+    return new HtapScan(tableName, outputSchema, scanOptions, "HtapScan " + tableName + " pushed=" + pushed,
+        estimate(), aggregationJson == null);
   }
 }

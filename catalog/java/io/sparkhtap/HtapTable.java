@@ -14,11 +14,13 @@ public class HtapTable implements SupportsRead {
   private final String name;
   private final StructType schema;
   private final Map<String, String> options;
+  private final long[] stats;  // row versions, bytes; null when unknown (system tables)
 
-  HtapTable(String name, StructType schema, Map<String, String> options) {
+  HtapTable(String name, StructType schema, Map<String, String> options, long[] stats) {
     this.name = name;
     this.schema = schema;
     this.options = options;
+    this.stats = stats;
   }
 
   @Override
@@ -39,6 +41,6 @@ public class HtapTable implements SupportsRead {
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap ignored) {
-    return new HtapScanBuilder(name, schema, options);
+    return new HtapScanBuilder(name, schema, options, stats);
   }
 }

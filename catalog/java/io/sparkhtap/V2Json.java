@@ -1,0 +1,263 @@
+package io.sparkhtap;
+
+import java.math.BigDecimal;
+import java.time.LocalDate;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
+
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import org.apache.spark.sql.connector.expressions.Cast;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.Extract;
+import org.apache.spark.sql.connector.expressions.GeneralScalarExpression;
+import org.apache.spark.sql.connector.expressions.Literal;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.types.*;
+
+/**
+ * Spark's V2 expressions (filters, aggregate inputs, group keys) as the typed expression JSON of
+ * htap.rewrite.subplan, or null for anything whose result could differ from Spark's own: such
+ * an expression stays in Spark. Every node carries its Spark result type, derived with Spark's
+ * rules, so renderers can cast to exactly that type. Only operations that are exact in Spark and
+ * in the target engines are translated: + - * on integers (ANSI mode only: DuckDB and Postgres
+ * raise on overflow as ANSI Spark does) and on decimals whose result needs no precision loss
+ * (precision <= 38), comparisons, AND/OR/NOT, IS [NOT] NULL, IN, prefix/suffix/contains
+ * matches, CASE WHEN, COALESCE, SUBSTRING with literal positive bounds, YEAR/MONTH/DAY/QUARTER
+ * of DATE and TIMESTAMP_NTZ values, and widening casts. No division (Spark's decimal division
+ * rounds to its own scale, and division by zero differs between engines).
+ */
+final class V2Json {
+  private V2Json() {}
+
+  /** A translated expression and its Spark type. */
+  static final class Typed {
+    final ObjectNode json;
+    final DataType type;
+
+    Typed(ObjectNode json, DataType type) {
+      this.json = json;
+      this.type = type;
+    }
+  }
+
+  static Typed translate(Expression e, StructType schema, boolean ansi) {
+    if (e instanceof NamedReference) {
+      String col = PushedJson.column(e);
+      if (col == null) return null;
+      for (StructField f : schema.fields()) {
+        if (f.name().equals(col)) {
+          ObjectNode n = PushedJson.MAPPER.createObjectNode();
+          n.put("col", col).put("type", f.dataType().catalogString());
+          return new Typed(n, f.dataType());
+        }
+      }
+      return null;
+    }
+    if (e instanceof Literal) {
+      Literal<?> lit = (Literal<?>) e;
+      ObjectNode value = literal(lit.value(), lit.dataType());
+      if (value == null) return null;
+      ObjectNode n = PushedJson.MAPPER.createObjectNode();
+      n.set("lit", value);
+      n.put("type", lit.dataType().catalogString());
+      return new Typed(n, lit.dataType());
+    }
+    if (e instanceof Cast) {
+      Cast c = (Cast) e;
+      Typed child = translate(c.expression(), schema, ansi);
+      if (child == null || !exactCast(child.type, c.dataType())) return null;
+      return call("cast", c.dataType(), child);
+    }
+    if (e instanceof Extract) {
+      Extract x = (Extract) e;
+      Typed child = translate(x.source(), schema, ansi);
+      String field = x.field();
+      if (child == null || !(child.type instanceof DateType || child.type instanceof TimestampNTZType)) return null;
+      if (!(field.equals("YEAR") || field.equals("MONTH") || field.equals("DAY") || field.equals("QUARTER"))) return null;
+      Typed t = call("extract", DataTypes.IntegerType, child);
+      t.json.put("field", field);
+      return t;
+    }
+    if (!(e instanceof GeneralScalarExpression)) return null;
+    GeneralScalarExpression g = (GeneralScalarExpression) e;
+    Expression[] kids = g.children();
+    Typed[] args = new Typed[kids.length];
+    for (int i = 0; i < kids.length; i++) {
+      args[i] = translate(kids[i], schema, ansi);
+      if (args[i] == null) return null;
+    }
+    switch (g.name()) {
+      case "=": case "<>": case "<=>": case "<": case "<=": case ">": case ">=":
+        if (args.length != 2 || !comparable(args[0].type, args[1].type)) return null;
+        return call(g.name(), DataTypes.BooleanType, args);
+      case "AND": case "OR":
+        return booleans(args) && args.length == 2 ? call(g.name(), DataTypes.BooleanType, args) : null;
+      case "NOT":
+        return booleans(args) && args.length == 1 ? call("NOT", DataTypes.BooleanType, args) : null;
+      case "IS_NULL": case "IS_NOT_NULL":
+        return args.length == 1 ? call(g.name(), DataTypes.BooleanType, args) : null;
+      case "IN":
+        for (int i = 1; i < args.length; i++) {
+          if (!comparable(args[0].type, args[i].type)) return null;
+        }
+        return args.length >= 2 ? call("IN", DataTypes.BooleanType, args) : null;
+      case "STARTS_WITH": case "ENDS_WITH": case "CONTAINS":
+        if (args.length != 2 || !(args[0].type instanceof StringType) || !args[1].json.has("lit")) return null;
+        return call(g.name(), DataTypes.BooleanType, args);
+      case "+": case "-": case "*":
+        if (args.length == 1 && g.name().equals("-")) {
+          return numeric(args[0].type) && (ansi || !integral(args[0].type)) ? call("NEG", args[0].type, args) : null;
+        }
+        if (args.length != 2) return null;
+        DataType t = arithmetic(g.name(), args[0].type, args[1].type, ansi);
+        return t == null ? null : call(g.name(), t, args);
+      case "CASE_WHEN": {
+        DataType result = null;
+        for (int i = 0; i < args.length; i++) {
+          boolean isCondition = i % 2 == 0 && i + 1 < args.length;
+          if (isCondition) {
+            if (!(args[i].type instanceof BooleanType)) return null;
+          } else if (!(args[i].type instanceof NullType)) {
+            if (result != null && !result.equals(args[i].type)) return null;
+            result = args[i].type;
+          }
+        }
+        return result == null ? null : call("CASE_WHEN", result, args);
+      }
+      case "COALESCE": {
+        DataType result = args.length > 0 ? args[0].type : null;
+        for (Typed a : args) {
+          if (!a.type.equals(result)) return null;
+        }
+        return result == null ? null : call("COALESCE", result, args);
+      }
+      case "SUBSTRING":
+        if (args.length < 2 || args.length > 3 || !(args[0].type instanceof StringType)) return null;
+        for (int i = 1; i < args.length; i++) {
+          Integer v = intLiteral(kids[i]);
+          if (v == null || v < (i == 1 ? 1 : 0)) return null;
+        }
+        return call("SUBSTRING", DataTypes.StringType, args);
+      default:
+        return null;
+    }
+  }
+
+  private static Typed call(String op, DataType type, Typed... args) {
+    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    n.put("op", op).put("type", type.catalogString());
+    ArrayNode a = n.putArray("args");
+    for (Typed t : args) a.add(t.json);
+    return new Typed(n, type);
+  }
+
+  private static boolean booleans(Typed[] args) {
+    for (Typed a : args) {
+      if (!(a.type instanceof BooleanType)) return false;
+    }
+    return true;
+  }
+
+  private static boolean integral(DataType t) {
+    return t instanceof ByteType || t instanceof ShortType || t instanceof IntegerType || t instanceof LongType;
+  }
+
+  private static boolean numeric(DataType t) {
+    return integral(t) || t instanceof DecimalType || t instanceof DoubleType || t instanceof FloatType;
+  }
+
+  private static boolean comparable(DataType a, DataType b) {
+    if (a instanceof NullType || b instanceof NullType) return true;
+    if (a instanceof DecimalType && b instanceof DecimalType) return true;  // compared exactly by value
+    return a.equals(b) && !(a instanceof BinaryType) && (numeric(a) || a instanceof StringType || a instanceof BooleanType
+        || a instanceof DateType || a instanceof TimestampType || a instanceof TimestampNTZType);
+  }
+
+  /** Spark's result type of a + - * b (DecimalPrecision without precision loss), or null. */
+  static DataType arithmetic(String op, DataType a, DataType b, boolean ansi) {
+    if (integral(a) && a.equals(b)) {
+      return ansi ? a : null;  // non-ANSI Spark wraps around on overflow; DuckDB and Postgres raise
+    }
+    if (a instanceof DoubleType && b instanceof DoubleType) {
+      return a;
+    }
+    if (a instanceof DecimalType && b instanceof DecimalType) {
+      DecimalType x = (DecimalType) a;
+      DecimalType y = (DecimalType) b;
+      int p;
+      int s;
+      if (op.equals("*")) {
+        p = x.precision() + y.precision() + 1;
+        s = x.scale() + y.scale();
+      } else {
+        s = Math.max(x.scale(), y.scale());
+        p = Math.max(x.precision() - x.scale(), y.precision() - y.scale()) + s + 1;
+      }
+      return p <= DecimalType.MAX_PRECISION() ? DataTypes.createDecimalType(p, s) : null;
+    }
+    return null;
+  }
+
+  /** Casts whose every value converts exactly (or as IEEE rounding, the same everywhere). */
+  static boolean exactCast(DataType from, DataType to) {
+    if (from.equals(to)) return true;
+    if (integral(from) && integral(to)) return rank(from) <= rank(to);
+    if (integral(from) && to instanceof DecimalType) {
+      DecimalType d = (DecimalType) to;
+      return d.precision() - d.scale() >= digits(from);
+    }
+    if (from instanceof DecimalType && to instanceof DecimalType) {
+      DecimalType x = (DecimalType) from;
+      DecimalType y = (DecimalType) to;
+      return y.scale() >= x.scale() && y.precision() - y.scale() >= x.precision() - x.scale();
+    }
+    if ((integral(from) || from instanceof FloatType) && to instanceof DoubleType) return true;
+    if (from instanceof DateType && to instanceof TimestampNTZType) return true;
+    return false;
+  }
+
+  private static int rank(DataType t) {
+    if (t instanceof ByteType) return 1;
+    if (t instanceof ShortType) return 2;
+    if (t instanceof IntegerType) return 3;
+    return 4;
+  }
+
+  private static int digits(DataType t) {
+    return new int[] {0, 3, 5, 10, 19}[rank(t)];
+  }
+
+  private static Integer intLiteral(Expression e) {
+    if (e instanceof Literal && ((Literal<?>) e).value() instanceof Integer) {
+      return (Integer) ((Literal<?>) e).value();
+    }
+    return null;
+  }
+
+  /** A V2 literal (Spark's internal representation) as the JSON literal of htap.rewrite.subplan. */
+  static ObjectNode literal(Object v, DataType t) {
+    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    if (v == null) {
+      return n.put("type", "null");
+    }
+    if (t instanceof BooleanType) return n.put("type", "boolean").put("value", (Boolean) v);
+    if (integral(t)) return n.put("type", "long").put("value", ((Number) v).longValue());
+    if (t instanceof DoubleType || t instanceof FloatType) return n.put("type", "double").put("value", ((Number) v).doubleValue());
+    if (t instanceof DecimalType) {
+      BigDecimal d = v instanceof Decimal ? ((Decimal) v).toJavaBigDecimal() : (BigDecimal) v;
+      return n.put("type", "decimal").put("value", d.toPlainString());
+    }
+    if (t instanceof StringType) return n.put("type", "string").put("value", v.toString());
+    if (t instanceof DateType) return n.put("type", "date").put("value", LocalDate.ofEpochDay(((Number) v).intValue()).toString());
+    if (t instanceof TimestampType) return n.put("type", "timestamp").put("value", ((Number) v).longValue());
+    if (t instanceof TimestampNTZType) {
+      long micros = ((Number) v).longValue();
+      LocalDateTime at = LocalDateTime.ofEpochSecond(Math.floorDiv(micros, 1_000_000L),
+          (int) Math.floorMod(micros, 1_000_000L) * 1000, ZoneOffset.UTC);
+      return n.put("type", "timestamp_ntz").put("value", at.toString());
+    }
+    return null;
+  }
+}

@@ -1,0 +1,106 @@
+"""Partial sums of decimals in the type Spark will cast them to.
+
+Spark merges a pushed partial `SUM` of a DECIMAL(p, s) input by casting every partial value to
+DECIMAL(p, s), the input's own type, before summing (V2ScanRelationPushDown, "to keep the
+dataType of Sum unchanged"). A partial sum that needs more integer digits than p - s would
+overflow that cast (an error in ANSI mode, NULL otherwise), although Spark's own SUM, which
+accumulates in DECIMAL(p + 10, s), gets it right. So the shim reports a pushed decimal SUM as
+DECIMAL(p, s), and a partial sum too large for it is handed to Spark as several rows of the same
+group, each within DECIMAL(p, s), whose other aggregates are neutral (COUNT 0, SUM 0, MIN/MAX
+NULL): Spark's final aggregation adds them up exactly as its own SUM would. The usual case — no
+partial sum out of range — costs one vectorized comparison per batch.
+"""
+
+from __future__ import annotations
+
+import decimal
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from htap.rewrite.subplan import PushedSubplan
+
+
+def decimal_sums(subplan: PushedSubplan, output: pa.Schema) -> list[int]:
+    """Output positions of the subplan's SUMs whose Spark type is a decimal."""
+    if not subplan.aggregating:
+        return []
+    first = len(subplan.group_by)
+    return [
+        first + i for i, a in enumerate(subplan.aggregates)
+        if a.fn == "sum" and first + i < len(output) and pa.types.is_decimal(output.field(first + i).type)
+    ]
+
+
+def wide(output: pa.Schema, positions: list[int]) -> pa.Schema:
+    """`output` with the decimal SUMs at `positions` widened to 38 digits (the sums as computed)."""
+    fields = list(output)
+    for i in positions:
+        fields[i] = fields[i].with_type(pa.decimal128(38, output.field(i).type.scale))
+    return pa.schema(fields)
+
+
+def fit(batch: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """`batch` (the subplan's result, positionally) as batches of `output`, decimal SUMs split
+    into rows that fit their type."""
+    positions = decimal_sums(subplan, output)
+    arrays = list(batch.columns)
+    over = None
+    for i in positions:
+        t = output.field(i).type
+        limit = pa.scalar(_largest(t), type=pa.decimal128(38, t.scale))
+        column = arrays[i].cast(pa.decimal128(38, t.scale))
+        arrays[i] = column
+        outside = pc.greater(pc.abs(column), limit)
+        over = outside if over is None else pc.or_(over, outside)
+    if over is None or not pc.any(over).as_py():
+        yield _cast(arrays, output)
+        return
+    keep = pc.invert(pc.fill_null(over, False))
+    yield _cast([pc.filter(a, keep) for a in arrays], output)
+    yield _cast(_split(pa.RecordBatch.from_arrays([pc.filter(a, over) for a in arrays], names=output.names),
+                       subplan, output, positions), output)
+
+
+def _largest(t: pa.Decimal128Type) -> decimal.Decimal:
+    return decimal.Decimal(10) ** (t.precision - t.scale) - decimal.Decimal(1).scaleb(-t.scale)
+
+
+def _split(rows: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema, positions: list[int]) -> list[pa.Array]:
+    """The (few) rows with a partial sum out of range, as rows that fit (one Python step per
+    such group, never per table row)."""
+    first = len(subplan.group_by)
+    neutral = {}
+    for i, a in enumerate(subplan.aggregates):
+        if a.fn in ("count", "count_star"):
+            neutral[first + i] = 0
+        elif a.fn == "sum":
+            neutral[first + i] = decimal.Decimal(0) if pa.types.is_decimal(output.field(first + i).type) else 0
+        else:
+            neutral[first + i] = None
+    out: list[list] = []
+    for row in rows.to_pylist():
+        values = list(row.values())
+        extra = []
+        for i in positions:
+            total = values[i]
+            limit = _largest(output.field(i).type)
+            if total is None or abs(total) <= limit:
+                continue
+            step = limit if total > 0 else -limit
+            while abs(total) > limit:
+                chunk = [values[j] if j < first else neutral[j] for j in range(len(values))]
+                chunk[i] = step
+                extra.append(chunk)
+                total -= step
+            values[i] = total
+        out.append(values)
+        out.extend(extra)
+    return [pa.array([r[j] for r in out], type=rows.schema.field(j).type) for j in range(rows.num_columns)]
+
+
+def _cast(arrays: list[pa.Array], output: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, output)], schema=output
+    )
