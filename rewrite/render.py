@@ -100,6 +100,11 @@ def _typed(node: exp.Expression, spark_type: str) -> exp.Expression:
     return exp.Cast(this=exp.paren(node, copy=False), to=sql_type(spark_type))
 
 
+def _widened(node: exp.Expression, spark_type: str) -> exp.Expression:
+    scale = int(spark_type.rstrip(")").split(",")[1]) if spark_type.startswith("decimal(") else 0
+    return exp.Cast(this=exp.paren(node, copy=False), to=exp.DataType.build(f"DECIMAL(38, {scale})"))
+
+
 def expr(e: Expr) -> exp.Expression:
     """A typed expression. Arithmetic and literals are cast to their Spark type, so every
     target computes in Spark's precision and scale (exact: V2Json passes only exact operations)."""
@@ -112,7 +117,12 @@ def expr(e: Expr) -> exp.Expression:
         return exp.Cast(this=lit, to=sql_type(e.type))
     op, args = e.name, e.args
     if op in ("+", "-", "*"):
-        return _typed(_BINARY[op](this=exp.paren(expr(args[0]), copy=False), expression=exp.paren(expr(args[1]), copy=False)), e.type)
+        left, right = expr(args[0]), expr(args[1])
+        if op == "*" and e.type.startswith("decimal"):
+            # Exact in 38 digits, as in Spark: DuckDB would otherwise compute a product of two
+            # decimals in the wider operand's width and overflow where Spark does not.
+            left, right = _widened(left, args[0].type), _widened(right, args[1].type)
+        return _typed(_BINARY[op](this=exp.paren(left, copy=False), expression=exp.paren(right, copy=False)), e.type)
     if op in _BINARY:
         return _BINARY[op](this=expr(args[0]), expression=expr(args[1]))
     if op == "NEG":

@@ -489,6 +489,17 @@ def test_typed_predicates_filter_like_spark(con):
     assert sorted(x[0] for x in run(con, sp)) == want == [4]
 
 
+def test_decimal_products_are_exact_in_38_digits(con):
+    # 14 integer digits times 14: DuckDB would compute DECIMAL(18,4) * DECIMAL(16,2) in 18 digits.
+    big = {"lit": lit_json("decimal", "99999999999999.9999"), "type": "decimal(18,4)"}
+    other = {"lit": lit_json("decimal", "99999999999999.99"), "type": "decimal(16,2)"}
+    product = {"op": "*", "type": "decimal(35,6)", "args": [big, other]}
+    sp = PushedSubplan.from_dict({"group_by": [product], "aggregates": [{"fn": "count_star"}]})
+    [(value, count)] = run(con, sp)
+    with decimal.localcontext(decimal.Context(prec=60)):
+        assert value == D("99999999999999.9999") * D("99999999999999.99") and count == len(ROWS)
+
+
 def test_unknown_typed_expressions_are_subplan_errors():
     with pytest.raises(SubplanError, match="unknown pushed expression"):
         PushedSubplan.from_dict({"where": [{"op": "/", "type": "double", "args": []}]})

@@ -14,6 +14,7 @@ import org.apache.spark.sql.connector.expressions.Extract;
 import org.apache.spark.sql.connector.expressions.GeneralScalarExpression;
 import org.apache.spark.sql.connector.expressions.Literal;
 import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.*;
 
 /**
@@ -22,8 +23,8 @@ import org.apache.spark.sql.types.*;
  * an expression stays in Spark. Every node carries its Spark result type, derived with Spark's
  * rules, so renderers can cast to exactly that type. Only operations that are exact in Spark and
  * in the target engines are translated: + - * on integers (ANSI mode only: DuckDB and Postgres
- * raise on overflow as ANSI Spark does) and on decimals whose result needs no precision loss
- * (precision <= 38), comparisons, AND/OR/NOT, IS [NOT] NULL, IN, prefix/suffix/contains
+ * raise on overflow as ANSI Spark does) and on decimals whose result Spark does not round
+ * (precision <= 38, or Spark's 38-digit result keeps the whole scale), comparisons, AND/OR/NOT, IS [NOT] NULL, IN, prefix/suffix/contains
  * matches, CASE WHEN, COALESCE, SUBSTRING with literal positive bounds, YEAR/MONTH/DAY/QUARTER
  * of DATE and TIMESTAMP_NTZ values, and widening casts. No division (Spark's decimal division
  * rounds to its own scale, and division by zero differs between engines).
@@ -195,7 +196,12 @@ final class V2Json {
         s = Math.max(x.scale(), y.scale());
         p = Math.max(x.precision() - x.scale(), y.precision() - y.scale()) + s + 1;
       }
-      return p <= DecimalType.MAX_PRECISION() ? DataTypes.createDecimalType(p, s) : null;
+      if (p <= DecimalType.MAX_PRECISION()) return DataTypes.createDecimalType(p, s);
+      // Spark then keeps 38 digits and cuts the scale (allowPrecisionLoss): exact only when the
+      // scale it keeps is the whole scale (TPC-H Q1's price * (1 - discount) * (1 + tax)).
+      int kept = Math.max(DecimalType.MAX_PRECISION() - (p - s), Math.min(s, 6));
+      boolean lossAllowed = SQLConf.get().decimalOperationsAllowPrecisionLoss();
+      return lossAllowed && kept == s ? DataTypes.createDecimalType(DecimalType.MAX_PRECISION(), s) : null;
     }
     return null;
   }
