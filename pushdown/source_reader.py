@@ -41,13 +41,13 @@ def _bound(value, t: pa.DataType) -> dict:
     return {"type": "string", "value": str(value)}
 
 
-def source_ranges(source: SourceConfig, table: TableInfo, pushed: str | None, range_rows: int) -> list[str]:
+def source_ranges(source: SourceConfig, table: TableInfo, pushed: str | None, range_rows: int) -> list[str | None]:
     """The pushed subplan (JSON) once per key range of the source's table: [first, b1), [b1, b2),
     ..., [bk, last] on the first key column. Read in parallel, the ranges must share one source
     snapshot (the caller only splits when one is exported)."""
     points = open_queryable(source).split_points(table, range_rows)
     if not points:
-        return [pushed or "{}"]
+        return [pushed]
     key0 = table.key[0]
     t = table.arrow_schema.field(key0).type
     raw = json.loads(pushed) if pushed else {}

@@ -7,6 +7,7 @@ file, never a reference to a file that is not fully on disk.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from contextlib import ExitStack
@@ -23,6 +24,8 @@ from htap.replica import dv as dvs
 from htap.replica.metadata import NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -58,7 +61,8 @@ def partition_dir(warehouse: Path, table: TableInfo, part: int) -> Path:
 Entries = Callable[[str, pa.Table], pa.Table]
 
 
-def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0, dv: Entries | None = None) -> NewDelta:
+def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0, dv: Entries | None = None,
+                complete: Callable[[pa.Table], pa.Table] | None = None) -> NewDelta:
     """Write `data` (table columns, _seq, _op, optionally _unset and _ord) as one durable delta file.
 
     With `_ord`, versions are first sorted and collapsed per (key, seq); without it the caller
@@ -72,6 +76,10 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
         data = sort_versions(data, list(table.key))
     target = delta_schema(table.arrow_schema)
     data = data.select(target.names).cast(target)
+    if complete is not None and pc.any(pc.not_equal(data.column(UNSET_MASK), 0)).as_py():
+        arrived = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py()
+        data = complete(data).select(target.names).cast(target)
+        log.info("%s partition %d: %d partial updates completed at write time", table.qualified_name, part, arrived)
     seqs = data.column(SEQ)
     rel = f"{table_dir(table)}/p{part:04d}/{uuid.uuid4().hex}.parquet"
     path = warehouse / rel
@@ -140,12 +148,13 @@ def write_partitioned(
     """One delta per partition that `data` touches. With `live` (a partition's live deltas,
     relative paths), each delta records the versions it supersedes (htap.replica.dv); `locks`
     then holds each partition's writer lock, taken before `live` is asked, until the caller has
-    committed the deltas."""
+    committed the deltas. Partial updates (unchanged TOAST) are then completed from the
+    versions they update, so reads never fill columns."""
     splits = decode_bounds(table.partition_bounds_b64)
     out = []
     key = list(table.key)
     for part, rows in split_by_partition(data, table.key[0], splits):
-        entries = None
+        entries = complete = None
         if live is not None:
             if locks is not None:
                 locks.enter_context(dvs.partition_lock(partition_dir(warehouse, table, part)))
@@ -154,7 +163,10 @@ def write_partitioned(
             def entries(rel: str, sorted_rows: pa.Table, older=older) -> pa.Table:
                 return pa.concat_tables([dvs.within(sorted_rows, key, rel),
                                          dvs.superseded(sorted_rows, key, warehouse, older)])
-        out.append(write_delta(warehouse, table, rows, part, dv=entries))
+
+            def complete(sorted_rows: pa.Table, older=older) -> pa.Table:
+                return dvs.complete(sorted_rows, key, table.arrow_schema.names, warehouse, older)
+        out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete if live is not None else None))
     return out
 
 

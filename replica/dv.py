@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap import engine
-from htap.replica.models import OP, SEQ
+from htap.replica.models import OP, SEQ, UNSET_MASK
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,44 @@ def superseded(data: pa.Table, key: list[str], warehouse: Path, live: list[str])
     target = pc.utf8_slice_codeunits(t.field("f"), len(prefix)) if rows.num_rows else pa.array([], pa.string())
     return pa.table({"target": target, "row": t.field("r").cast(pa.int64()), "seq": rows.column("s").cast(pa.int64())},
                     schema=ENTRIES)
+
+
+def complete(data: pa.Table, key: list[str], columns: list[str], warehouse: Path, live: list[str]) -> pa.Table:
+    """`data` (key-sorted versions) with every partial update completed: a column it did not
+    carry takes the value of the key's newest older version that carried it — in `data`, or the
+    key's newest version in the `live` deltas (relative paths). Columns no version carried stay
+    unset (their bit kept: reads of the partition then merge). The merge's own fill, at write time."""
+    keys = ", ".join(_q(k) for k in key)
+    bit = {c: i for i, c in enumerate(columns)}
+    con = engine.cursor(exact_floats=engine.has_floats(data.schema))
+    try:
+        con.register("batch", data)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE __pk AS SELECT DISTINCT {keys} FROM batch WHERE {_q(UNSET_MASK)} <> 0")
+        prefix = str(warehouse) + os.sep
+        versions = f"SELECT *, 0 AS __src FROM batch SEMI JOIN __pk USING ({keys})"
+        if live:
+            older = (f"SELECT * FROM read_parquet([{', '.join(_lit(prefix + p) for p in live)}], union_by_name = true)"
+                     f" SEMI JOIN __pk USING ({keys}) QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {_q(SEQ)} DESC) = 1")
+            versions += f" UNION ALL BY NAME SELECT *, 1 AS __src FROM ({older})"
+        window = f"PARTITION BY {keys} ORDER BY {_q(SEQ)} DESC ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING"
+        out, still = [], []
+        for c in columns:
+            if c in key:
+                out.append(_q(c))
+                continue
+            unset = f"(({_q(UNSET_MASK)} >> {bit[c]}) & 1 = 1)"
+            found = f"first_value(CASE WHEN NOT {unset} THEN struct_pack(v := {_q(c)}) END IGNORE NULLS) OVER ({window})"
+            out.append(f"CASE WHEN {unset} THEN ({found}).v ELSE {_q(c)} END AS {_q(c)}")
+            still.append(f"CASE WHEN {unset} AND {found} IS NULL THEN {1 << bit[c]} ELSE 0 END")
+        filled = (f"SELECT {', '.join(out)}, {_q(SEQ)}, {_q(OP)}, ({' + '.join(still) or '0'})::BIGINT AS {_q(UNSET_MASK)}, __src"
+                  f" FROM ({versions})")
+        return con.sql(
+            f"SELECT * EXCLUDE (__src) FROM ({filled}) WHERE __src = 0"
+            f" UNION ALL SELECT * FROM batch ANTI JOIN __pk USING ({keys})"
+            f" ORDER BY {keys}, {_q(SEQ)} DESC"
+        ).to_arrow_table()
+    finally:
+        con.close()
 
 
 def rebuild(data: pa.Table, rel: str, key: list[str], warehouse: Path, others: list[str]) -> pa.Table:
@@ -209,14 +247,14 @@ def visible_source(con, warehouse: Path, paths: list[str], seq: int, columns: li
     if sides:
         entries = con.sql(
             f"SELECT target, row FROM read_parquet([{', '.join(_lit(str(warehouse / s)) for s in sides)}])"
-            f" WHERE seq <= {int(seq)} AND target IN ({', '.join(_lit(p) for p in paths)}) ORDER BY target"
+            f" WHERE seq <= {int(seq)}"
         ).to_arrow_table()
         if entries.num_rows:
-            targets = entries.column("target").to_numpy(zero_copy_only=False)
+            targets = entries.column("target").combine_chunks().dictionary_encode()
+            which = targets.indices.to_numpy()
             rows = entries.column("row").to_numpy()
-            starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
-            for a, b in zip(starts, np.r_[starts[1:], len(targets)]):
-                hidden[str(targets[a])] = rows[a:b]
+            for j, target in enumerate(targets.dictionary.to_pylist()):  # one pass per delta, not per row
+                hidden[target] = rows[which == j]
     parts = []
     for i, rel in enumerate(paths):
         f = _lit(str(warehouse / rel))

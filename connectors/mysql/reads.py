@@ -105,6 +105,7 @@ class MySQLSnapshot(SourceSnapshot):
 
     def __init__(self, config: MySQLConfig):
         self.config = config
+        self._lent = False  # the snapshot's own connection, once handed to open_transaction
         self.conn = connect(config)
         try:
             self.seq = begin_at(self.conn, None)
@@ -126,7 +127,7 @@ class MySQLSnapshot(SourceSnapshot):
             self.conn.close()
 
     def open_transaction(self):
-        if not getattr(self, "_lent", False):
+        if not self._lent:
             self._lent = True
             return _Borrowed(self.conn)
         conn = connect(self.config)
