@@ -22,14 +22,19 @@ import pyarrow.compute as pc
 from htap.rewrite.subplan import PushedSubplan
 
 
+EXACT = decimal.Context(prec=80)  # Python's default context rounds to 28 digits
+
+
 def decimal_sums(subplan: PushedSubplan, output: pa.Schema) -> list[int]:
-    """Output positions of the subplan's SUMs whose Spark type is a decimal."""
+    """Output positions of the subplan's SUMs whose Spark type is a decimal of fewer than 38
+    digits (a 38-digit sum is computed in 38 digits: it cannot exceed its type)."""
     if not subplan.aggregating:
         return []
     first = len(subplan.group_by)
     return [
         first + i for i, a in enumerate(subplan.aggregates)
         if a.fn == "sum" and first + i < len(output) and pa.types.is_decimal(output.field(first + i).type)
+        and output.field(first + i).type.precision < 38
     ]
 
 
@@ -64,7 +69,8 @@ def fit(batch: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema) -> Ite
 
 
 def _largest(t: pa.Decimal128Type) -> decimal.Decimal:
-    return decimal.Decimal(10) ** (t.precision - t.scale) - decimal.Decimal(1).scaleb(-t.scale)
+    with decimal.localcontext(EXACT):
+        return decimal.Decimal(10) ** (t.precision - t.scale) - decimal.Decimal(1).scaleb(-t.scale)
 
 
 def _split(rows: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema, positions: list[int]) -> list[pa.Array]:
@@ -80,6 +86,13 @@ def _split(rows: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema, posi
         else:
             neutral[first + i] = None
     out: list[list] = []
+    with decimal.localcontext(EXACT):
+        _split_rows(rows, output, positions, first, neutral, out)
+    return [pa.array([r[j] for r in out], type=rows.schema.field(j).type) for j in range(rows.num_columns)]
+
+
+def _split_rows(rows: pa.RecordBatch, output: pa.Schema, positions: list[int], first: int, neutral: dict,
+                out: list[list]) -> None:
     for row in rows.to_pylist():
         values = list(row.values())
         extra = []
@@ -97,7 +110,6 @@ def _split(rows: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema, posi
             values[i] = total
         out.append(values)
         out.extend(extra)
-    return [pa.array([r[j] for r in out], type=rows.schema.field(j).type) for j in range(rows.num_columns)]
 
 
 def _cast(arrays: list[pa.Array], output: pa.Schema) -> pa.RecordBatch:

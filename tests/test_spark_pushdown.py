@@ -175,6 +175,8 @@ EXPRESSION_QUERIES = [
     "SELECT year(d), month(d), sum(q) FROM {t} GROUP BY year(d), month(d)",
     # Q1's charge: Spark's type of the product has 40 digits, kept in 38 without rounding.
     "SELECT grp, sum(price * (1 - disc) * (1 + disc)), count(*) FROM {t} GROUP BY grp",
+    # Products of 38 digits (DECIMAL(38,6)), and of 40 that Spark keeps in 38 without rounding.
+    "SELECT grp, sum(price * price * price), sum(price * price * price * 2) FROM {t} GROUP BY grp",
 ]
 
 

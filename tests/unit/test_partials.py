@@ -22,6 +22,18 @@ OUTPUT = pa.schema([("g", pa.string()), ("a0", pa.decimal128(4, 2)), ("a1", pa.i
 WIDE = partials.wide(OUTPUT, partials.decimal_sums(SUBPLAN, OUTPUT))
 
 
+def test_a_38_digit_sum_passes_unchanged():
+    # TPC-H Q1's charge: Spark's type of the product is DECIMAL(38,6), so is the partial sum's.
+    sp = PushedSubplan(aggregates=(Aggregate("sum", "x"),))
+    out = pa.schema([("a0", pa.decimal128(38, 6))])
+    assert partials.decimal_sums(sp, out) == []
+    value = D("12345678901234567890123456789012.123456")
+    batch = pa.RecordBatch.from_pylist([{"a0": value}], schema=out)
+    assert [b.to_pylist() for b in partials.fit(batch, sp, out)] == [[{"a0": value}]]
+    with decimal.localcontext(decimal.Context(prec=28)):  # Python's default: 28 digits
+        assert partials._largest(pa.decimal128(37, 6)) == D("9999999999999999999999999999999.999999")
+
+
 def test_only_decimal_sums_are_widened():
     assert partials.decimal_sums(SUBPLAN, OUTPUT) == [1]
     assert WIDE.field(1).type == pa.decimal128(38, 2) and WIDE.field(3).type == pa.decimal128(4, 2)
