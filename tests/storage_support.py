@@ -38,6 +38,18 @@ class DirectTable:
         self.truncations: list[tuple[int, int]] = []
         self.seq = 0
 
+    @classmethod
+    def reopen(cls, root: Path, table_id: int, clock=time.time) -> "DirectTable":
+        """The writer of an existing table (e.g. after the process that wrote it was killed)."""
+        self = cls.__new__(cls)
+        self.warehouse = root / "warehouse"
+        self.store = MetadataStore(root / "metadata.db", clock=clock)
+        self.table = self.store.table_by_id(table_id)
+        self.buffer = TableBuffer(self.table)
+        self.truncations = []
+        self.seq = self.table.max_safe_seq or 0
+        return self
+
     def upsert(self, values: list, seq: int) -> None:
         self.buffer.upsert(values, seq)
 
