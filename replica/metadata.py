@@ -711,7 +711,7 @@ class MetadataStore:
         """The snapshot seq of one query on one source: the first scan to ask fixes it
         (`candidate`), every later scan of the same query gets the same seq."""
         now = self.clock()
-        with self._tx():
+        with self._tx(durable=False):  # lives as long as its query: a crash ends both
             self._x(
                 "INSERT INTO query_snapshots (token, source, seq, created_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (token, source) DO NOTHING",
@@ -756,7 +756,7 @@ class MetadataStore:
 
     def record_scan(self, table_id: int, route: str, seq: int | None, pushed: dict, reason: str | None = None) -> None:
         """Remember what a query's scan asked for and how it was routed (shown by status tools)."""
-        with self._tx():
+        with self._tx(durable=False):  # status information: losing the last ones in a crash is harmless
             self._x(
                 "INSERT INTO scans (table_id, at, route, seq, pushed_json, reason) VALUES (?, ?, ?, ?, ?, ?)",
                 (table_id, self.clock(), route, seq, json.dumps(pushed, sort_keys=True), reason),
