@@ -180,6 +180,16 @@ EXPRESSION_QUERIES = [
 ]
 
 
+# Compound predicates with a part no pushdown path can express (length): the whole predicate
+# stays in Spark. Spark's V2-to-V1 conversion once handed back the LIKE alone as the whole OR,
+# which dropped every row matched by the other side.
+PARTLY_PUSHABLE_QUERIES = [
+    "SELECT id FROM {t} WHERE grp LIKE 'g1%' OR length(grp) > 1 OR id < 3",
+    "SELECT id FROM {t} WHERE id < 10 OR length(grp) > 1 OR grp LIKE 'g1%'",
+    "SELECT id FROM {t} WHERE NOT (grp LIKE 'g1%' OR length(grp) > 2)",
+]
+
+
 @pytest.mark.parametrize("route", ["replica", "source"])
 def test_expressions_are_pushed_and_agree_with_spark_itself(workspace, spark, catalog, items, route):
     """Filters and aggregates over expressions run in the reader (DuckDB, or the source's SQL on
@@ -207,5 +217,8 @@ def test_expressions_are_pushed_and_agree_with_spark_itself(workspace, spark, ca
             got = normalized(spark.sql(q.format(t=t)).collect())
             assert last_scan(ws).route == route
             assert got == normalized(spark.sql(q.format(t="items_plain")).collect()), q
+        for q in PARTLY_PUSHABLE_QUERIES:
+            got = normalized(spark.sql(q.format(t=t)).collect())
+            assert got and got == normalized(spark.sql(q.format(t="items_plain")).collect()), q
     finally:
         spark.catalog.dropTempView("items_plain")

@@ -64,8 +64,13 @@ public class HtapScanBuilder
     List<Predicate> pushed = new ArrayList<>();
     List<Predicate> rest = new ArrayList<>();
     for (Predicate p : predicates) {
+      // The V1 form only when it is the whole predicate: Spark's toV1 can return a V1 filter for
+      // part of a compound predicate (for `s LIKE 'x%' OR length(s) > 9` it gave the LIKE alone),
+      // and pushing that part as the whole would drop rows. A V1 filter that converts back to
+      // exactly this predicate is safe; anything else goes the typed (V2Json) way or stays in Spark.
       scala.Option<Filter> v1 = PredicateUtils.toV1(p);
-      ObjectNode json = v1.isDefined() ? PushedJson.filter(v1.get()) : null;
+      boolean whole = v1.isDefined() && v1.get().toV2().equals(p);
+      ObjectNode json = whole ? PushedJson.filter(v1.get()) : null;
       if (json != null) {
         filterJson.add(json);
         pushed.add(p);
