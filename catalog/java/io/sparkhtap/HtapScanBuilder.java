@@ -24,7 +24,10 @@ import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.internal.connector.PredicateUtils;
+import org.apache.spark.sql.sources.And;
 import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.sources.Not;
+import org.apache.spark.sql.sources.Or;
 import org.apache.spark.sql.types.*;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -66,11 +69,10 @@ public class HtapScanBuilder
     for (Predicate p : predicates) {
       // The V1 form only when it is the whole predicate: Spark's toV1 can return a V1 filter for
       // part of a compound predicate (for `s LIKE 'x%' OR length(s) > 9` it gave the LIKE alone),
-      // and pushing that part as the whole would drop rows. A V1 filter that converts back to
-      // exactly this predicate is safe; anything else goes the typed (V2Json) way or stays in Spark.
+      // and pushing that part as the whole would drop rows. Anything else goes the typed (V2Json)
+      // way or stays in Spark.
       scala.Option<Filter> v1 = PredicateUtils.toV1(p);
-      boolean whole = v1.isDefined() && v1.get().toV2().equals(p);
-      ObjectNode json = whole ? PushedJson.filter(v1.get()) : null;
+      ObjectNode json = v1.isDefined() && sameShape(p, v1.get()) ? PushedJson.filter(v1.get()) : null;
       if (json != null) {
         filterJson.add(json);
         pushed.add(p);
@@ -86,6 +88,23 @@ public class HtapScanBuilder
     }
     pushedPredicates = pushed.toArray(new Predicate[0]);
     return rest.toArray(new Predicate[0]);
+  }
+
+  /** Whether the V1 filter {@code f} has every AND/OR/NOT node of {@code p}, down to leaves that
+   *  convert on their own (compared by shape, not by value: a NaN literal is never equal). */
+  private static boolean sameShape(Predicate p, Filter f) {
+    switch (p.name()) {
+      case "AND":
+        return f instanceof And && sameShape((Predicate) p.children()[0], ((And) f).left())
+            && sameShape((Predicate) p.children()[1], ((And) f).right());
+      case "OR":
+        return f instanceof Or && sameShape((Predicate) p.children()[0], ((Or) f).left())
+            && sameShape((Predicate) p.children()[1], ((Or) f).right());
+      case "NOT":
+        return f instanceof Not && sameShape((Predicate) p.children()[0], ((Not) f).child());
+      default:
+        return !(f instanceof And || f instanceof Or || f instanceof Not) && PredicateUtils.toV1(p).isDefined();
+    }
   }
 
   @Override

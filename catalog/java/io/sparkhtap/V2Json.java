@@ -250,7 +250,13 @@ final class V2Json {
     }
     if (t instanceof BooleanType) return n.put("type", "boolean").put("value", (Boolean) v);
     if (integral(t)) return n.put("type", "long").put("value", ((Number) v).longValue());
-    if (t instanceof DoubleType || t instanceof FloatType) return n.put("type", "double").put("value", ((Number) v).doubleValue());
+    if (t instanceof DoubleType || t instanceof FloatType) {
+      double d = ((Number) v).doubleValue();
+      // NaN and the infinities stay in Spark on this path: MySQL has neither, and only the simple
+      // filters' renderer decides such comparisons from Spark's order.
+      if (Double.isNaN(d) || Double.isInfinite(d)) return null;
+      return n.put("type", "double").put("value", d);
+    }
     if (t instanceof DecimalType) {
       BigDecimal d = v instanceof Decimal ? ((Decimal) v).toJavaBigDecimal() : (BigDecimal) v;
       return n.put("type", "decimal").put("value", d.toPlainString());
