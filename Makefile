@@ -31,8 +31,11 @@ lint: install
 
 # Every test: the layers, the unit tier, then the tests against private Postgres/MariaDB
 # servers and Spark (tests start what they need; see tests/services.py).
+# TEST_PROCS parallel pytest processes (pytest-xdist; each starts its own servers); TEST_PROCS=0
+# runs in one process.
+TEST_PROCS ?= 2
 test: lint
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(TEST_PROCS) $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)

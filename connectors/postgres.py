@@ -373,13 +373,15 @@ class PostgresSource(ChangeSource, QueryableSource):
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_backend_pid()")
                 backend = cur.fetchone()[0]
+            # Read while the connection is open: a closed connection's backend exits, and its
+            # /proc entry with it (reading after close raced and sometimes found nothing).
+            try:
+                cmdline = Path(f"/proc/{backend}/cmdline").read_bytes().decode(errors="replace")
+                stat = Path(f"/proc/{backend}/stat").read_text()
+            except OSError:
+                return "the source runs on another machine (its processes are not in /proc here)"
         finally:
             conn.close()
-        try:
-            cmdline = Path(f"/proc/{backend}/cmdline").read_bytes().decode(errors="replace")
-            stat = Path(f"/proc/{backend}/stat").read_text()
-        except OSError:
-            return "the source runs on another machine (its processes are not in /proc here)"
         if "postgres" not in cmdline:
             return "the source runs on another machine (its processes are not in /proc here)"
         return int(stat.rsplit(")", 1)[1].split()[1])  # the postmaster: the backend's parent
