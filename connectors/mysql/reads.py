@@ -23,15 +23,13 @@ from typing import Iterator
 
 import pyarrow as pa
 import pymysql
-import pymysql.cursors
 import sqlglot
 from sqlglot import exp
 
 from htap.conf import MySQLConfig
 from htap.connectors import mytypes
-from htap.connectors.changes import decode_checked
 from htap.connectors.mysql.server import connect, error_message, server_is_mariadb
-from htap.connectors.mysql.snapshot import open_snapshot
+from htap.connectors.mysql.snapshot import fetch_columns, open_snapshot
 from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import SourceTable
 from htap.errors import SourceError
@@ -178,16 +176,8 @@ class MySQLQueryable(QueryableSource):
         try:
             if snapshot is not None:
                 begin_at(conn, snapshot)
-            cur = conn.cursor(pymysql.cursors.SSCursor)
-            cur.execute(query)
-            while True:
-                rows = cur.fetchmany(READ_CHUNK_ROWS)
-                if not rows:
-                    break
-                columns = list(zip(*rows))
-                arrays = [decode_checked(arrow_column, col, f.type, f.name) for col, f in zip(columns, output)]
+            for arrays in fetch_columns(conn, query, output, arrow_column, READ_CHUNK_ROWS):
                 yield pa.RecordBatch.from_arrays(arrays, schema=output)
-            cur.close()
         except pymysql.err.MySQLError as e:
             raise SourceError(f"reading {table.qualified_name} from source {self.config.name} failed: {error_message(e)}") from e
         finally:

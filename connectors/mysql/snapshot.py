@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pymysql
@@ -50,22 +50,27 @@ def open_snapshot(conn, mariadb: bool) -> int:
     return binlog_seq(log_file, pos)
 
 
+def fetch_columns(conn, query: str, schema: pa.Schema, decode: Callable, chunk_rows: int) -> Iterator[list[pa.Array]]:
+    """`query`'s rows streamed (server-side cursor) in chunks of `chunk_rows`, each as one Arrow
+    array per field of `schema`, decoded by `decode` (a failing value names its column)."""
+    cur = conn.cursor(pymysql.cursors.SSCursor)
+    cur.execute(query)
+    while True:
+        rows = cur.fetchmany(chunk_rows)
+        if not rows:
+            break
+        yield [decode_checked(decode, col, f.type, f.name) for col, f in zip(zip(*rows), schema)]
+    cur.close()
+
+
 def copy_chunks(conn, table: SourceTable) -> Iterator[pa.Table]:
     """The snapshot's rows of `table` as Arrow tables of the replica's schema; closes `conn` at the end."""
     schema = table.arrow_schema
     select = ", ".join(mytypes.copy_expression(c.name, c.source_type, c.override) for c in table.columns)
     query = f"SELECT {select} FROM {mytypes.quote_ident(table.schema)}.{mytypes.quote_ident(table.name)}"
     try:
-        cur = conn.cursor(pymysql.cursors.SSCursor)
-        cur.execute(query)
-        while True:
-            rows = cur.fetchmany(COPY_CHUNK_ROWS)
-            if not rows:
-                break
-            columns = list(zip(*rows))
-            arrays = [decode_checked(python_values, col, f.type, f.name) for col, f in zip(columns, schema)]
+        for arrays in fetch_columns(conn, query, schema, python_values, COPY_CHUNK_ROWS):
             yield pa.Table.from_arrays(arrays, schema=schema)
-        cur.close()
         conn.rollback()
     except pymysql.err.MySQLError as e:
         raise SourceError(f"initial copy of {table.qualified_name} failed: {error_message(e)}") from e
