@@ -3,7 +3,10 @@
 Answers on stdout as JSON. Failures are one line on stderr and an exit code the shim maps to
 Spark's exceptions: EXIT_NO_SUCH_TABLE (NoSuchTableException), EXIT_ERROR (a user error: bad
 property, unknown option; IllegalArgumentException), anything else a bug (a traceback). Kept
-tiny: the shim uses it for SHOW TABLES and ALTER TABLE ... SET TBLPROPERTIES, never on the read path.
+tiny: the shim uses it for SHOW TABLES and ALTER TABLE ... SET TBLPROPERTIES, and, from the
+driver's HtapQueryListener, for what executors must not do themselves because they never write
+the metadata store: renewing and releasing a running query's leases, and marking a table whose
+delta a task found damaged (after checking the file here). Never on a task's read path.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import json
 import sys
 
 from htap.catalog.properties import set_property
-from htap.conf import load_config
-from htap.errors import HtapError, NoSuchTableError
+from htap.conf import HtapConfig, load_config
+from htap.errors import DamagedReplicaError, HtapError, NoSuchTableError
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
+from htap.replica.health import damaged, file_damage, mark_damaged
+from htap.replica.leases import query_holder
 from htap.replica.metadata import MetadataStore
 
 EXIT_ERROR = 2
@@ -33,19 +38,32 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("table")
     sp.add_argument("key")
     sp.add_argument("value")
+    for command in ("renew-leases", "release-leases"):
+        sub.add_parser(command).add_argument("owners", nargs="*", help="lease owners of Spark scans (HtapScan)")
+    rd = sub.add_parser("report-damage")
+    rd.add_argument("table_id", type=int)
+    rd.add_argument("delta", help="the delta file (relative to the warehouse) a task found damaged")
     args = p.parse_args(argv)
     try:
         cfg = load_config(args.config)
-        source = cfg.source(args.source)
         with MetadataStore(cfg.metadata) as store:
             if args.command == "list-tables":
+                source = cfg.source(args.source)
                 tables = [[t.schema, t.name] for t in store.list_tables(source.name)]
                 tables += [[SYSTEM_SCHEMA, name] for name in SCHEMAS]
                 print(json.dumps([t for t in tables if not args.namespace or t[0] == args.namespace]))
-            else:
+            elif args.command == "set-property":
+                source = cfg.source(args.source)
                 schema, name = args.table.split(".", 1)
                 set_property(store, store.get_table(source.name, schema, name), args.key, args.value)
                 print(json.dumps({"ok": True}))
+            elif args.command == "renew-leases":
+                renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
+                print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))
+            elif args.command == "release-leases":
+                print(json.dumps({"released": store.release_held([query_holder(o) for o in args.owners])}))
+            else:
+                print(json.dumps(report_damage(cfg, store, args.source, args.table_id, args.delta)))
         return 0
     except NoSuchTableError as e:
         print(str(e), file=sys.stderr)
@@ -53,6 +71,28 @@ def main(argv: list[str] | None = None) -> int:
     except HtapError as e:
         print(str(e), file=sys.stderr)
         return EXIT_ERROR
+
+
+def report_damage(cfg: HtapConfig, store: MetadataStore, source: str | None, table_id: int, delta: str) -> dict:
+    """Mark a table unhealthy for a delta a task found damaged, after checking it here: the
+    report comes from a failed query's error text, which a Spark user can write too (e.g.
+    `raise_error`), so only a live delta of a table of this catalog's source that is damaged
+    on disk marks anything."""
+    try:
+        table = store.table_by_id(table_id)
+    except NoSuchTableError:
+        return {"marked": False, "why": f"no table {table_id}"}
+    name = f"{table.source}.{table.qualified_name}"
+    if table.source != cfg.source(source).name:
+        return {"marked": False, "why": f"{name} is not a table of this catalog's source"}
+    if delta not in {d.path for d in store.deltas(table.id)}:
+        return {"marked": False, "why": f"{delta} is not a live delta of {name} (compacted away meanwhile?)"}
+    problem = file_damage(cfg.warehouse / delta)
+    if problem is None:
+        return {"marked": False, "why": f"{delta} of {name} is intact"}
+    error: DamagedReplicaError = damaged(name, problem)
+    mark_damaged(store, table.id, error)
+    return {"marked": True, "table": name, "error": str(error)}
 
 
 if __name__ == "__main__":

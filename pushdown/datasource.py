@@ -27,6 +27,11 @@ from htap.seq import parse_seq
 NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE"
 # Marker the Java shim turns into a SecurityException (HtapBatch).
 PERMISSION_MARKER = "HTAP_PERMISSION_DENIED"
+# Marker of a damaged delta found by an executor: `HTAP_DAMAGED_REPLICA{json}` (table_id, table,
+# delta). Executors never write the metadata store; the shim's HtapQueryListener finds the marker
+# in the failed query's error on the driver and has `htap.catalog.bridge report-damage` check the
+# file and mark the table (HtapQueryListener.java).
+DAMAGE_MARKER = "HTAP_DAMAGED_REPLICA"
 # Marker of any other error of ours while planning a scan (routing, snapshot, metadata): the Java
 # shim (HtapBatch) turns the line after it into Spark's IllegalArgumentException, so the Spark
 # user sees one readable line, not a Python traceback.
@@ -52,10 +57,14 @@ OPTION_AS_OF_TIME = "as_of_time"  # FOR TIMESTAMP AS OF: Unix seconds
 OPTION_SOURCE_SNAPSHOT = "source_snapshot"  # an exported Postgres snapshot for source reads
 OPTION_SNAPSHOT_TOKEN = "snapshot_token"  # set by the snapshot rule: scans of one query share it
 OPTION_SNAPSHOT_TABLES = "snapshot_tables"  # the query's HTAP tables, catalog.schema.table, comma-separated
+OPTION_LEASE_OWNER = "lease_owner"  # set by the shim per scan: the driver holds the scan's leases under it
+# Where executors read the metadata store (read-only), e.g. a Postgres URL of a role with only
+# SELECT; default: the config's replica.metadata. Executors never write it.
+OPTION_EXECUTOR_METADATA = "executor_metadata"
 OPTIONS = (
     OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_ROUTE, OPTION_USER,
     OPTION_AS_OF_VERSION, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME, OPTION_SOURCE_SNAPSHOT,
-    OPTION_SNAPSHOT_TOKEN, OPTION_SNAPSHOT_TABLES,
+    OPTION_SNAPSHOT_TOKEN, OPTION_SNAPSHOT_TABLES, OPTION_LEASE_OWNER, OPTION_EXECUTOR_METADATA,
 )
 
 
@@ -75,6 +84,8 @@ class ScanOptions:
     source_snapshot: str | None = None
     snapshot_token: str | None = None
     snapshot_tables: tuple[str, ...] = ()
+    lease_owner: str | None = None
+    executor_metadata: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ScanOptions":
@@ -109,6 +120,8 @@ class ScanOptions:
             source_snapshot=opts.get(OPTION_SOURCE_SNAPSHOT),
             snapshot_token=opts.get(OPTION_SNAPSHOT_TOKEN),
             snapshot_tables=tuple(t for t in opts.get(OPTION_SNAPSHOT_TABLES, "").split(",") if t),
+            lease_owner=opts.get(OPTION_LEASE_OWNER) or None,
+            executor_metadata=opts.get(OPTION_EXECUTOR_METADATA) or None,
         )
 
 
@@ -129,7 +142,8 @@ def _open(opts: ScanOptions):
 
 @dataclass(frozen=True)
 class ReplicaPartition(InputPartition):
-    """Everything an executor needs to read one partition at the query's snapshot."""
+    """Everything an executor needs to read one partition at the query's snapshot (it reads no
+    config file, and the metadata store only read-only, at `metadata`)."""
 
     config: str
     table_id: int
@@ -139,17 +153,22 @@ class ReplicaPartition(InputPartition):
     key: tuple[str, ...]
     plan: "ReadPlan"
     pushed: str | None
+    metadata: str = ""  # where the executor reads the metadata store (read-only)
+    window_s: float = 36_000.0
 
 
 @dataclass(frozen=True)
 class SourcePartition(InputPartition):
-    """A scan answered by the source itself (failover / fallback)."""
+    """A scan answered by the source itself (failover / fallback); the executor needs no config
+    file and no metadata store."""
 
     config: str
     source: str
     table_id: int
     pushed: str | None
     snapshot: str | None  # an exported snapshot to read at, if the caller holds one
+    source_config: object = None  # htap.conf.SourceConfig of `source`
+    table: object = None  # htap.replica.models.TableInfo
 
 
 class HtapDataSource(DataSource):
@@ -232,6 +251,7 @@ class HtapReader(DataSourceReader):
         from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access, source_ranges
         from htap.pushdown.source_snapshot import export_held_snapshot
+        from htap.replica.leases import query_holder
         from htap.rewrite.subplan import PushedSubplan
 
         cfg, store, table = _open(opts)
@@ -249,7 +269,8 @@ class HtapReader(DataSourceReader):
                 snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables,
             )
             plan = plan_scan(store, request, subplan, window_s=cfg.window_s, pin_ttl_s=cfg.pin_ttl_s,
-                             export=lambda: export_held_snapshot(str(cfg.path), source.name))
+                             export=lambda: export_held_snapshot(str(cfg.path), source.name),
+                             holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
             table = plan.table
             if plan.route.target == ROUTE_REPLICA:
                 self._partitions: list[InputPartition] = [
@@ -262,6 +283,8 @@ class HtapReader(DataSourceReader):
                         key=table.key,
                         plan=read,
                         pushed=opts.pushed,
+                        metadata=opts.executor_metadata or str(cfg.metadata),
+                        window_s=cfg.window_s,
                     )
                     for read in plan.reads
                 ]
@@ -270,7 +293,8 @@ class HtapReader(DataSourceReader):
                 ranges = (source_ranges(source, table, opts.pushed, cfg.source_range_rows)
                           if plan.source_snapshot else [opts.pushed])
                 self._partitions = [
-                    SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot) for pushed in ranges
+                    SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot, source, table)
+                    for pushed in ranges
                 ]
         finally:
             store.close()
@@ -282,18 +306,7 @@ class HtapReader(DataSourceReader):
         if isinstance(partition, SourcePartition):
             yield from self._read_source(partition)
             return
-        try:
-            yield from self._read(partition)
-        except DamagedReplicaError as e:
-            # A missing or corrupt file (and only that): mark the table so queries fail over
-            # instead of failing again, until a re-check finds its files intact.
-            from htap.conf import load_config
-            from htap.replica.health import mark_damaged
-            from htap.replica.metadata import MetadataStore
-
-            with MetadataStore(load_config(partition.config).metadata) as store:
-                mark_damaged(store, partition.table_id, e)
-            raise
+        yield from self._read(partition)
 
     def _read_source(self, partition: "SourcePartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -306,16 +319,20 @@ class HtapReader(DataSourceReader):
 
         import pyarrow as pa
 
-        cfg = load_config(partition.config)
-        with MetadataStore(cfg.metadata) as store:
-            table = store.table_by_id(partition.table_id)
+        if partition.source_config is not None:
+            source, table = partition.source_config, partition.table
+        else:  # planned by an older driver
+            cfg = load_config(partition.config)
+            source = cfg.source(partition.source)
+            with MetadataStore(cfg.metadata, read_only=True) as store:
+                table = store.table_by_id(partition.table_id)
         subplan = PushedSubplan.from_json(partition.pushed)
         output = to_arrow_schema(self.schema, timezone="UTC")
         if subplan.needs_no_column:  # `SELECT 1 FROM t`: read the first key column, hand Spark only the rows
             carrier = table.key[0]
             subplan, output = subplan.carrying_rows(carrier), pa.schema([table.arrow_schema.field(carrier)])
         sums = partials.decimal_sums(subplan, output)
-        for batch in read_source(cfg.source(partition.source), table, subplan, partials.wide(output, sums), partition.snapshot):
+        for batch in read_source(source, table, subplan, partials.wide(output, sums), partition.snapshot):
             if len(self.schema) == 0:
                 yield batch.select([])
             else:
@@ -326,18 +343,19 @@ class HtapReader(DataSourceReader):
 
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
         from htap.pushdown.replica_reader import read_plan
-        from htap.replica.leases import kept, renewed_plan
+        from htap.replica.leases import current_plan
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
         from htap.rewrite.subplan import PushedSubplan
 
-        # The plan's lease is renewed while this task reads (re-planned if it lapsed meanwhile).
-        cfg = load_config(partition.config)
-        with MetadataStore(cfg.metadata) as store:
-            plan = renewed_plan(store, partition.table_id, partition.plan, cfg.pin_ttl_s, cfg.window_s)
-        with kept(str(cfg.metadata), plan.lease, cfg.pin_ttl_s):
+        # The driver holds the plan's lease while the query runs; the task only reads whether
+        # it still lives (planned again, unleased, if not: see htap.replica.leases).
+        plan = partition.plan
+        if plan.lease is not None:
+            with MetadataStore(partition.metadata or _metadata_of(partition.config), read_only=True) as store:
+                plan = current_plan(store, partition.table_id, plan, partition.window_s)
+        try:
             yield from read_plan(
                 Path(partition.warehouse),
                 partition.table_label,
@@ -347,3 +365,27 @@ class HtapReader(DataSourceReader):
                 PushedSubplan.from_json(partition.pushed),
                 to_arrow_schema(self.schema, timezone="UTC"),
             )
+        except DamagedReplicaError as e:
+            # A missing or corrupt file (and only that): the driver marks the table so queries
+            # fail over instead of failing again (DAMAGE_MARKER); executors never write the
+            # metadata store.
+            raise DamagedReplicaError(damage_report(partition.table_id, plan, e)) from e
+
+
+def _metadata_of(config: str) -> str:
+    from htap.conf import load_config
+
+    return str(load_config(config).metadata)
+
+
+def damage_report(table_id: int, plan: ReadPlan, error: DamagedReplicaError) -> str:
+    """The error's message after DAMAGE_MARKER and what the driver needs to check the file
+    and mark the table: the table's id and the damaged delta (the plan's file the message
+    names). The driver trusts neither: it marks the table only if that file is a live delta of
+    the table and is damaged (htap.catalog.bridge report-damage)."""
+    import json
+
+    message = str(error)
+    delta = next((p for p in plan.delta_paths if p in message), None)
+    facts = json.dumps({"table_id": table_id, "delta": delta}, separators=(",", ":"))
+    return f"{DAMAGE_MARKER}{facts} {message}"

@@ -66,9 +66,12 @@ def plan_scan(
     pin_ttl_s: float,
     export: Callable[[], str],
     now: Callable[[], float] = time.time,
+    holder: str | None = None,
 ) -> ScanPlan:
     """Route and pin one scan in one metadata transaction. `export` exports a source snapshot
-    (called outside the transaction, only when the query reads the source and has none yet)."""
+    (called outside the transaction, only when the query reads the source and has none yet).
+    `holder`: who holds the scan's lease (the Spark driver, for the query; see
+    htap.replica.leases)."""
     exported = None
     for _ in range(2):
         try:
@@ -77,7 +80,7 @@ def plan_scan(
                 route, snapshot = _route(store, req, table, window_s, now(), exported)
                 reads: tuple[ReadPlan, ...] = ()
                 if route.target == ROUTE_REPLICA:
-                    reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, subplan))
+                    reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, subplan, holder))
                 store.record_scan(table.id, route.target, route.seq, subplan.to_dict(), route.reason)
                 return ScanPlan(table, route, reads, snapshot)
         except _NeedsExport:

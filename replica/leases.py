@@ -1,12 +1,17 @@
-"""Keeping a lease alive while a task reads under it.
+"""Leases of Spark queries: taken by the driver, held by the driver, only read by executors.
 
-A read plan (htap.replica.snapshot.ReadPlan) is made on one machine (Spark's driver) and read on
-another, maybe much later (a busy cluster queues tasks). The task renews the plan's lease before
-it opens a file and then every `lease_s / 3` from a thread of its own until it ends, so a lease
-lives exactly as long as some task still reads under it, plus at most `lease_s`; nobody has to
-tell the store that a query ended. A task that finds its lease gone (it waited longer than
-`lease_s` to start) plans its partition again at the same seq from the live deltas, under a new
-lease: compaction keeps every seq of the queryable window readable, so the rows are the same.
+A read plan (htap.replica.snapshot.ReadPlan) is made on Spark's driver, while the query is
+planned, under a lease of the query's scan (`query_holder`). The driver renews the leases of a
+running query every `pin_ttl_s / 4` and releases them when the query ends (the shim's
+HtapQueryListener and LeaseKeeper, through `python -m htap.catalog.bridge`); the TTL is the
+safety net when the driver dies. Executors never write the metadata store: a task only checks
+that its plan's lease still lives (`current_plan`). If it does not (the same physical plan run
+again after its query ended, e.g. a DataFrame collected twice), the task plans its partition
+again at the same seq from the live deltas, without a lease: compaction keeps every seq of the
+queryable window readable, so the rows are the same, and only a compaction finishing during
+that read can make it fail ("re-run the query").
+
+`kept` renews a lease from a thread of the process that holds it (`htap verify data`).
 """
 
 from __future__ import annotations
@@ -18,19 +23,29 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from htap.replica.metadata import MetadataStore
-from htap.replica.snapshot import ReadPlan, pin_and_plan
+from htap.replica.snapshot import ReadPlan, plan_unleased
 
 log = logging.getLogger(__name__)
 
+QUERY_HOLDER_PREFIX = "spark-scan "
 
-def renewed_plan(store: MetadataStore, table_id: int, plan: ReadPlan, lease_s: float, window_s: float) -> ReadPlan:
-    """`plan` with a live lease: its own, renewed, or when that is gone, a new plan of the same
-    partition at the same seq (OutsideWindow when the seq has left the window meanwhile)."""
-    if plan.lease is None or store.renew_pin(plan.lease, lease_s):
+
+def query_holder(owner: str) -> str:
+    """The pins.holder of the leases a Spark scan's planning took (`owner`: the scan's lease
+    owner, a UUID the shim gives every HtapScan)."""
+    return QUERY_HOLDER_PREFIX + owner
+
+
+def current_plan(store: MetadataStore, table_id: int, plan: ReadPlan, window_s: float) -> ReadPlan:
+    """`plan` while its lease lives; when that is gone, the same partition at the same seq
+    planned from the live deltas, unleased (OutsideWindow when the seq has left the window).
+    Reads only: `store` may be read-only."""
+    if plan.lease is None or store.pin_alive(plan.lease):
         return plan
-    log.info("the lease of a read at seq %s lapsed before its task started: planning partition %d again", plan.seq, plan.part)
+    log.info("the lease of a read at seq %s has ended (its query ended): planning partition %d again, unleased",
+             plan.seq, plan.part)
     table = store.table_by_id(table_id)
-    again = [p for p in pin_and_plan(store, table, plan.seq, window_s, lease_s) if p.part == plan.part]
+    again = [p for p in plan_unleased(store, table, plan.seq, window_s) if p.part == plan.part]
     if again:
         return again[0]
     return dataclasses.replace(plan, delta_paths=(), delta_versions=(), partial=False, strategy="merge", lease=None)

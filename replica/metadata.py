@@ -21,6 +21,7 @@ import socket
 import sqlite3
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,18 @@ class Pin:
     expires_at: float
 
 
+def redact_url(location: str) -> str:
+    """A store location fit for messages and logs: a URL's password replaced by ***."""
+    try:
+        url = urllib.parse.urlsplit(location)
+        if url.password is None:
+            return location
+        netloc = url.netloc.replace(f":{url.password}@", ":***@", 1)
+        return urllib.parse.urlunsplit(url._replace(netloc=netloc))
+    except ValueError:
+        return location
+
+
 def holder_id() -> str:
     """Who holds a pin: host and process (a pin of a dead holder simply expires)."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -173,8 +186,13 @@ class _Backend:
 
 
 class _SQLite(_Backend):
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, read_only: bool = False):
         self.path = path
+        if read_only:
+            # SQLite itself refuses every write on this connection (a Spark executor's view).
+            uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+            self.conn = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
+            return
         self.conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
@@ -203,14 +221,18 @@ class _Postgres(_Backend):
     serial = "BIGSERIAL PRIMARY KEY"
     LOCK_KEY = 0x6874617021  # serializes writers of one store, like SQLite's single writer
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, read_only: bool = False):
         import psycopg2
 
         try:
             self.conn = psycopg2.connect(dsn)
         except psycopg2.OperationalError as e:
-            raise ConfigError(f"cannot connect to the metadata store at {dsn}: {str(e).strip().splitlines()[0]}") from e
+            raise ConfigError(
+                f"cannot connect to the metadata store at {redact_url(dsn)}: {str(e).strip().splitlines()[0]}"
+            ) from e
         self.conn.autocommit = True
+        if read_only:  # every statement of this session runs in a read-only transaction
+            self.conn.set_session(readonly=True, autocommit=True)
 
     def execute(self, sql: str, params=()):
         cur = self.conn.cursor()
@@ -235,20 +257,29 @@ def _columns_json(columns: list[Column]) -> str:
 class MetadataStore:
     """Repository over the metadata database. Cheap to open; one per thread or process."""
 
-    def __init__(self, location: str | Path, *, create: bool = False, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, location: str | Path, *, create: bool = False, clock: Callable[[], float] = time.time,
+        read_only: bool = False,
+    ):
         """`clock` (wall-clock seconds) stamps pins, retirements and safe points; tests inject a
-        manual clock to drive pin expiry and the queryable window step by step."""
+        manual clock to drive pin expiry and the queryable window step by step. `read_only`: a
+        Spark executor's view, which the database itself keeps from writing (SQLite `mode=ro`,
+        a Postgres read-only session); every write method then fails naming the cause."""
         self.location = str(location)
         self.clock = clock
+        self.read_only = read_only
         self._depth = 0  # open transaction() levels
+        if read_only and create:
+            raise ReplicaError("a read-only metadata store cannot be created")
         if is_postgres_location(location):
-            self._db: _Backend = _Postgres(self.location)
+            self._db: _Backend = _Postgres(self.location, read_only)
         else:
             path = Path(location)
             if not create and not path.is_file():
                 raise ReplicaError(f"no metadata store at {path}: run `htap init` first")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = _SQLite(path)
+            if not read_only:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = _SQLite(path, read_only)
         if create:
             with self._tx():
                 for statement in self._db.ddl():
@@ -289,6 +320,11 @@ class MetadataStore:
         if self._depth:
             yield
             return
+        if self.read_only:
+            raise ReplicaError(
+                f"metadata store {redact_url(self.location)} is open read-only (a Spark executor's view): this write"
+                " belongs to the driver or the service (a spark-htap bug; please report it)"
+            )
         if not durable:
             self._db.relax()
         try:
@@ -644,13 +680,19 @@ class MetadataStore:
             )
         return Pin(row[0], table_id, seq, holder or holder_id(), now, now + ttl_s), deltas
 
-    def lease(self, table_id: int, seq: int, lease_s: float) -> tuple[int, list[Delta]]:
-        """A lease covering a read of the table now, and the live deltas: the lease this process
-        took for the table less than `lease_s / 2` ago if there is one (no write at all: it
-        protects every delta retired since it was taken, and lives at least `lease_s / 2` more),
-        else a new one. So a process writes at most one (unsynced) lease per table per
-        `lease_s / 2`, however many reads it plans; a lease then ends by expiry, `lease_s`
-        after its last renewal (running tasks renew it: htap.replica.leases)."""
+    def lease(self, table_id: int, seq: int, lease_s: float, holder: str | None = None) -> tuple[int, list[Delta]]:
+        """A lease covering a read of the table now, and the live deltas.
+
+        With a `holder` (a Spark query's scan, see htap.replica.leases.query_holder): a lease of
+        its own, which the driver renews while the query runs and releases when it ends
+        (`renew_held`, `release_held`). Without one: the lease this process took for the table
+        less than `lease_s / 2` ago if there is one (no write at all: it protects every delta
+        retired since it was taken, and lives at least `lease_s / 2` more), else a new one; so a
+        process writes at most one (unsynced) lease per table per `lease_s / 2`, however many
+        reads it plans, and the lease ends by expiry `lease_s` after its last renewal."""
+        if holder is not None:
+            pin, deltas = self.pin(table_id, seq, lease_s, holder)
+            return pin.id, deltas
         key = (self.location, table_id)
         now = self.clock()
         with _LEASES_LOCK:
@@ -676,6 +718,32 @@ class MetadataStore:
     def release_pin(self, pin_id: int) -> None:
         with self._tx(durable=False):
             self._x("DELETE FROM pins WHERE id = ?", (pin_id,))
+
+    def renew_held(self, holders: list[str], ttl_s: float) -> int:
+        """Extend every live lease of these holders to at least `ttl_s` from now; how many."""
+        if not holders:
+            return 0
+        now = self.clock()
+        marks = ", ".join("?" * len(holders))
+        with self._tx(durable=False):
+            cur = self._x(
+                "UPDATE pins SET expires_at = CASE WHEN expires_at > ? THEN expires_at ELSE ? END"
+                f" WHERE holder IN ({marks}) AND expires_at > ?",
+                (now + ttl_s, now + ttl_s, *holders, now),
+            )
+            return cur.rowcount
+
+    def release_held(self, holders: list[str]) -> int:
+        """End every lease of these holders (their query ended); how many there were."""
+        if not holders:
+            return 0
+        marks = ", ".join("?" * len(holders))
+        with self._tx(durable=False):
+            return self._x(f"DELETE FROM pins WHERE holder IN ({marks})", tuple(holders)).rowcount
+
+    def pin_alive(self, pin_id: int) -> bool:
+        """Whether a lease still lives (a read: executors may ask)."""
+        return self._one("SELECT 1 FROM pins WHERE id = ? AND expires_at > ?", (pin_id, self.clock())) is not None
 
     def live_pins(self, table_id: int | None = None) -> list[Pin]:
         now = self.clock()

@@ -3,9 +3,9 @@
 The queryable window of a table is [min safe seq, max safe seq]: the max safe seq is the
 newest seq all of whose changes are durable; the min safe seq is the seq the source had reached
 `window_s` ago (never below the initial copy). Reads inside the window are exact. A read plans
-its deltas under a lease (MetadataStore.lease: shared by a process's reads, never fsynced), so
-compaction and garbage collection cannot delete a file under it; a lease lives `pin_ttl_s` past
-its last renewal, and the tasks reading the plan renew it while they run (htap.replica.leases).
+its deltas under a lease (MetadataStore.lease, never fsynced), so compaction and garbage
+collection cannot delete a file under it; a lease lives `pin_ttl_s` past its last renewal, and
+a Spark query's leases are renewed by its driver while it runs (htap.replica.leases).
 """
 
 from __future__ import annotations
@@ -110,8 +110,23 @@ def pin_and_plan(
     window_s: float,
     pin_ttl_s: float,
     subplan: "PushedSubplan | None" = None,
+    holder: str | None = None,
 ) -> list[ReadPlan]:
-    """Check `seq` is inside the window, lease it (`pin_ttl_s`), and plan the partition reads."""
+    """Check `seq` is inside the window, lease it (`pin_ttl_s`; a lease of its own for a
+    `holder`, see MetadataStore.lease), and plan the partition reads."""
+    _check_window(store, table, seq, window_s)
+    lease, deltas = store.lease(table.id, seq, pin_ttl_s, holder)
+    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan, lease)
+
+
+def plan_unleased(store: MetadataStore, table: TableInfo, seq: int, window_s: float) -> list[ReadPlan]:
+    """`pin_and_plan` without a lease, writing nothing (a Spark executor may call it): the live
+    deltas at `seq` now. Nothing keeps them from being compacted away while they are read."""
+    _check_window(store, table, seq, window_s)
+    return plan_reads(table, store.deltas(table.id), seq, store.truncated_at(table.id, seq))
+
+
+def _check_window(store: MetadataStore, table: TableInfo, seq: int, window_s: float) -> None:
     window = queryable_window(store, table, window_s)
     if window is None:
         raise ReplicaError(
@@ -122,5 +137,3 @@ def pin_and_plan(
         raise OutsideWindow(
             f"seq {seq} of {table.qualified_name} is outside its queryable window [{window.min_seq}, {window.max_seq}]"
         )
-    lease, deltas = store.lease(table.id, seq, pin_ttl_s)
-    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan, lease)

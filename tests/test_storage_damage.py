@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import normalized
+from conftest import normalized, wait_until
 
 
 def test_corrupt_and_missing_delta_files(workspace, spark, catalog):
@@ -37,8 +37,10 @@ def test_corrupt_and_missing_delta_files(workspace, spark, catalog):
         spark.sql(f"SELECT * FROM {catalog}.{ws.schema}.c").collect()
     assert f"delta file {missing}" in str(gone.value) and "is missing" in str(gone.value)
 
-    assert ws.table("a").state == "unhealthy" and str(corrupt) in ws.table("a").error
-    assert ws.table("c").state == "unhealthy"
+    # The driver marks them (executors only read the metadata store), just after the query failed.
+    wait_until(lambda: ws.table("a").state == "unhealthy" and ws.table("c").state == "unhealthy", None,
+               "the driver to mark tables a and c unhealthy")
+    assert str(corrupt) in ws.table("a").error
     status = {s["table"]: s for s in json.loads(ws.htap("status", "--json").stdout)["tables"]}
     assert status[f"{ws.schema}.a"]["state"] == "unhealthy"
 

@@ -8,13 +8,16 @@ read still holding a live lease was given; and a renewal succeeds exactly while 
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from htap.replica.leases import renewed_plan
+from htap.errors import ReplicaError
+from htap.replica.leases import current_plan, query_holder
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import STATE_STREAMING, Column
 from htap.replica.snapshot import pin_and_plan
@@ -89,20 +92,44 @@ def test_gc_never_deletes_what_a_live_lease_was_given(steps):
             store.close()
 
 
-def test_a_task_whose_lease_lapsed_plans_its_partition_again_at_the_same_seq():
+def test_a_task_whose_lease_ended_plans_its_partition_again_at_the_same_seq_reading_only():
     clock = Clock()
     with tempfile.TemporaryDirectory() as tmp:
         store, table_id = new_store(Path(tmp), clock)
+        executor = MetadataStore(Path(tmp) / "m.db", read_only=True, clock=clock)
         try:
             table = store.table_by_id(table_id)
-            (plan,) = pin_and_plan(store, table, 5, 3_600.0, LEASE_S)
+            (plan,) = pin_and_plan(store, table, 5, 3_600.0, LEASE_S, holder=query_holder("q1"))
             assert plan.delta_paths == ("d0",) and plan.lease is not None
             clock.now += 10
-            assert renewed_plan(store, table_id, plan, LEASE_S, 3_600.0) == plan  # renewed in time
+            assert current_plan(executor, table_id, plan, 3_600.0) == plan  # the driver holds it
+            assert store.renew_held([query_holder("q1")], LEASE_S) == 1
             store.replace_deltas(table_id, store.deltas(table_id), [NewDelta(table_id, "d1", 1, 5, 1, 1)])
-            clock.now += LEASE_S + 1  # the task waited too long: its lease and "d0" are gone
+            assert store.collect_garbage() == []  # the query's lease keeps "d0"
+            assert store.release_held([query_holder("q1")]) == 1  # the query ended
             assert store.collect_garbage() == ["d0"]
-            again = renewed_plan(store, table_id, plan, LEASE_S, 3_600.0)
-            assert again.delta_paths == ("d1",) and again.seq == 5 and again.lease not in (None, plan.lease)
+            again = current_plan(executor, table_id, plan, 3_600.0)  # the plan run again later
+            assert again.delta_paths == ("d1",) and again.seq == 5 and again.lease is None
         finally:
+            executor.close()
+            store.close()
+
+
+def test_an_executors_store_refuses_every_write():
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as tmp:
+        store, table_id = new_store(Path(tmp), clock)
+        executor = MetadataStore(Path(tmp) / "m.db", read_only=True, clock=clock)
+        try:
+            assert executor.table_by_id(table_id).name == "t"
+            for write in (lambda: executor.set_state(table_id, "unhealthy", "x"),
+                          lambda: executor.pin(table_id, 5, LEASE_S),
+                          lambda: executor.renew_held(["h"], LEASE_S)):
+                with pytest.raises(ReplicaError, match="read-only"):
+                    write()
+            # SQLite itself refuses too, not only our guard.
+            with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                executor._db.execute("DELETE FROM pins")
+        finally:
+            executor.close()
             store.close()

@@ -129,7 +129,7 @@ class FakeStore:
         seqs = [s for a, s in self.safe_points if a <= at]
         return max(seqs) if seqs else None
 
-    def lease(self, table_id, seq, ttl_s):
+    def lease(self, table_id, seq, ttl_s, holder=None):
         self.pins.append((table_id, seq, ttl_s))
         return len(self.pins), list(self._deltas)
 

@@ -25,10 +25,18 @@ import org.apache.spark.sql.SparkSession;
 final class Bridge {
   private Bridge() {}
 
+  /** The last Python resolved from a session's conf: listener threads have no active session. */
+  private static volatile String lastPython;
+
   static String python() {
-    SparkConf conf = SparkSession.active().sparkContext().getConf();
+    SparkConf conf = null;
+    try {
+      conf = SparkSession.active().sparkContext().getConf();
+    } catch (IllegalStateException e) {
+      if (lastPython != null) return lastPython;
+    }
     for (String key : new String[] {"spark.pyspark.driver.python", "spark.pyspark.python"}) {
-      if (conf.contains(key)) return conf.get(key);
+      if (conf != null && conf.contains(key)) return lastPython = conf.get(key);
     }
     for (String env : new String[] {"PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON"}) {
       String v = System.getenv(env);

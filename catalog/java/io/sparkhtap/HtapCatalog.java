@@ -8,6 +8,7 @@ import java.util.Set;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
 import org.apache.spark.sql.connector.catalog.Identifier;
@@ -31,7 +32,7 @@ public class HtapCatalog implements TableCatalog {
   static final String NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE";
   /** Catalog options, passed on to the Python data source (htap.pushdown.datasource). */
   private static final Set<String> OPTIONS =
-      Set.of("config", "source", "route", "user", "as_of_seq", "source_snapshot");
+      Set.of("config", "source", "route", "user", "as_of_seq", "source_snapshot", "executor_metadata");
 
   private String name;
   private Map<String, String> options;
@@ -45,7 +46,8 @@ public class HtapCatalog implements TableCatalog {
             "Unknown option spark.sql.catalog." + name + "." + key
                 + "; spark-htap catalogs take: " + String.join(", ", OPTIONS)
                 + " (config = path of htap.toml, source = source name in it, route = auto|replica|source,"
-                + " user = source user whose privileges reads must respect, as_of_seq, source_snapshot)");
+                + " user = source user whose privileges reads must respect, as_of_seq, source_snapshot,"
+                + " executor_metadata = the metadata store as executors read it, read-only)");
       }
     }
     if (!options.containsKey("config")) {
@@ -57,6 +59,9 @@ public class HtapCatalog implements TableCatalog {
     for (Map.Entry<String, String> e : options.entrySet()) {
       this.options.put(e.getKey().toLowerCase(), e.getValue());
     }
+    // The driver holds running queries' leases and marks damaged tables (executors only read).
+    HtapQueryListener.install(SparkSession.active().sparkContext());
+    Bridge.python();  // remembered for the listener's calls
   }
 
   @Override

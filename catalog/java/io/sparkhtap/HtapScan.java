@@ -2,6 +2,7 @@ package io.sparkhtap;
 
 import java.util.HashMap;
 import java.util.Map;
+import java.util.UUID;
 
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
@@ -26,6 +27,9 @@ public class HtapScan implements Scan, SupportsReportStatistics {
   private volatile String snapshotToken;
   private volatile String snapshotTables;
   private Scan python;
+  /** The driver holds this scan's leases under this owner while its query runs (LeaseKeeper). */
+  private final String leaseOwner = UUID.randomUUID().toString();
+  private volatile boolean planned;
 
   private final long[] estimate;  // rows, bytes; null when unknown
   private final boolean rowsKnown;  // false for a pushed aggregate (fewer rows than the table)
@@ -57,6 +61,20 @@ public class HtapScan implements Scan, SupportsReportStatistics {
     };
   }
 
+  String leaseOwner() {
+    return leaseOwner;
+  }
+
+  /** Whether Spark built the Python batch, whose planning may have taken leases. */
+  boolean planned() {
+    return planned;
+  }
+
+  /** The catalog's options (config, source, ...): what a bridge call for this scan needs. */
+  Map<String, String> catalogOptions() {
+    return options;
+  }
+
   /** "catalog.schema.table" as the query named it. */
   String tableName() {
     return tableName;
@@ -81,6 +99,7 @@ public class HtapScan implements Scan, SupportsReportStatistics {
         all.put("snapshot_token", snapshotToken);
         all.put("snapshot_tables", snapshotTables);
       }
+      all.put("lease_owner", leaseOwner);
       // A fresh Python data source per scan: Spark caches the Python reader on it, and the
       // reader carries this scan's pushed subplan and snapshot.
       PythonDataSourceV2 ds = HtapCatalog.newDataSource();
@@ -105,6 +124,7 @@ public class HtapScan implements Scan, SupportsReportStatistics {
   @Override
   public Batch toBatch() {
     try {
+      planned = true;
       return new HtapBatch(python().toBatch());
     } catch (Exception e) {
       throw HtapBatch.translate(e);

@@ -45,7 +45,7 @@ public class HtapSnapshotStrategy extends SparkStrategy {
   }
 
   /** HTAP scans in the plan, its children and the plans of its subquery expressions. */
-  private static void collect(LogicalPlan p, List<HtapScan> out) {
+  static void collect(LogicalPlan p, List<HtapScan> out) {
     if (p instanceof DataSourceV2ScanRelation && ((DataSourceV2ScanRelation) p).scan() instanceof HtapScan) {
       out.add((HtapScan) ((DataSourceV2ScanRelation) p).scan());
     }
