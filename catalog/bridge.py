@@ -17,11 +17,12 @@ import sys
 
 from htap.catalog.properties import set_property
 from htap.conf import HtapConfig, load_config
-from htap.errors import DamagedReplicaError, HtapError, NoSuchTableError
+from htap.errors import DAMAGE_PREFIX, DamagedReplicaError, HtapError, NoSuchTableError
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
 from htap.replica.health import damaged, file_damage, mark_damaged
 from htap.replica.leases import query_holder
 from htap.replica.metadata import MetadataStore
+from htap.replica.warehouse import open_warehouse
 
 EXIT_ERROR = 2
 EXIT_NO_SUCH_TABLE = 3  # keep in sync with Bridge.java
@@ -85,9 +86,14 @@ def report_damage(cfg: HtapConfig, store: MetadataStore, source: str | None, tab
     name = f"{table.source}.{table.qualified_name}"
     if table.source != cfg.source(source).name:
         return {"marked": False, "why": f"{name} is not a table of this catalog's source"}
-    if delta not in {d.path for d in store.deltas(table.id)}:
+    live = {d.path: d for d in store.deltas(table.id)}
+    if delta not in live:
         return {"marked": False, "why": f"{delta} is not a live delta of {name} (compacted away meanwhile?)"}
-    problem = file_damage(cfg.warehouse / delta)
+    try:
+        with open_warehouse(cfg).local({delta: live[delta].checksum}) as root:
+            problem = file_damage(root / delta)
+    except DamagedReplicaError as e:  # an object that does not match its checksum
+        problem = str(e).removeprefix(DAMAGE_PREFIX)
     if problem is None:
         return {"marked": False, "why": f"{delta} of {name} is intact"}
     error: DamagedReplicaError = damaged(name, problem)

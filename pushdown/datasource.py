@@ -339,25 +339,26 @@ class HtapReader(DataSourceReader):
                 yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
-        from pathlib import Path
-
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        from htap.conf import load_config
         from htap.pushdown.replica_reader import read_plan
         from htap.replica.leases import current_plan
+        from htap.replica.warehouse import open_warehouse
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
         from htap.rewrite.subplan import PushedSubplan
 
         # The driver holds the plan's lease while the query runs; the task only reads whether
         # it still lives (planned again, unleased, if not: see htap.replica.leases).
+        cfg = load_config(partition.config)  # the warehouse's location and credentials
         plan = partition.plan
         if plan.lease is not None:
-            with MetadataStore(partition.metadata or _metadata_of(partition.config), read_only=True) as store:
+            with MetadataStore(partition.metadata or cfg.metadata, read_only=True) as store:
                 plan = current_plan(store, partition.table_id, plan, partition.window_s)
         try:
             yield from read_plan(
-                Path(partition.warehouse),
+                open_warehouse(cfg),
                 partition.table_label,
                 TableInfo.decode_schema(partition.table_schema_b64),
                 list(partition.key),
@@ -370,12 +371,6 @@ class HtapReader(DataSourceReader):
             # fail over instead of failing again (DAMAGE_MARKER); executors never write the
             # metadata store.
             raise DamagedReplicaError(damage_report(partition.table_id, plan, e)) from e
-
-
-def _metadata_of(config: str) -> str:
-    from htap.conf import load_config
-
-    return str(load_config(config).metadata)
 
 
 def damage_report(table_id: int, plan: ReadPlan, error: DamagedReplicaError) -> str:
