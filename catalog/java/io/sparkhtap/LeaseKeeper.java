@@ -29,9 +29,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 final class LeaseKeeper {
   private static final Logger LOG = Logger.getLogger(LeaseKeeper.class.getName());
   static final LeaseKeeper INSTANCE = new LeaseKeeper();
-  /** Until the first renewal answers with the store's pin_ttl_s. */
-  private static final double FIRST_INTERVAL_S = 1.0;
-  private static final double MIN_INTERVAL_S = 0.2;
+  /** How often the keeper looks for leases due for renewal (no Python process unless some are). */
+  private static final double TICK_S = 0.5;
 
   /** Scans of running queries: lease owner -> the scan's catalog options. */
   private final Map<String, Map<String, String>> held = new ConcurrentHashMap<>();
@@ -46,6 +45,8 @@ final class LeaseKeeper {
   });
   /** pin_ttl_s per config file, from the renewals' answers. */
   private final Map<String, Double> ttl = new ConcurrentHashMap<>();
+  /** When each config's leases were last renewed (System.nanoTime). */
+  private final Map<String, Long> lastRenewal = new ConcurrentHashMap<>();
   private final ScheduledExecutorService worker;
 
   private LeaseKeeper() {
@@ -55,7 +56,7 @@ final class LeaseKeeper {
       return t;
     });
     this.worker = pool;
-    worker.schedule(this::renewRound, (long) (FIRST_INTERVAL_S * 1000), TimeUnit.MILLISECONDS);
+    worker.schedule(this::renewRound, (long) (TICK_S * 1000), TimeUnit.MILLISECONDS);
   }
 
   /** A query's SQL execution started: hold the leases of its HTAP scans until it ends. */
@@ -104,24 +105,28 @@ final class LeaseKeeper {
     worker.execute(task);
   }
 
+  /**
+   * Every TICK_S: renew the held leases of each store whose last renewal is a quarter of its
+   * TTL old (a store whose TTL is not known yet at once). Nothing runs while nothing is held.
+   */
   private void renewRound() {
-    double next = FIRST_INTERVAL_S;
-    long started = System.nanoTime();
     try {
-      Map<String, Map<String, String>> now = new HashMap<>(held);
-      if (!now.isEmpty()) {
-        call("renew-leases", now);
+      Map<String, Map<String, String>> due = new HashMap<>();
+      long now = System.nanoTime();
+      for (Map.Entry<String, Map<String, String>> e : held.entrySet()) {
+        String config = e.getValue().getOrDefault("config", "");
+        Double t = ttl.get(config);
+        Long last = lastRenewal.get(config);
+        if (t == null || last == null || (now - last) / 1e9 >= t / 4) due.put(e.getKey(), e.getValue());
       }
-      if (!ttl.isEmpty()) {
-        // A quarter of the TTL from this round's start: a slow Python start (a loaded driver)
-        // still leaves a renewal or two of slack before a lease lapses.
-        next = Collections.min(ttl.values()) / 4 - (System.nanoTime() - started) / 1e9;
+      if (!due.isEmpty()) {
+        for (Map<String, String> options : due.values()) lastRenewal.put(options.getOrDefault("config", ""), now);
+        call("renew-leases", due);
       }
-      next = Math.max(MIN_INTERVAL_S, next);
     } catch (RuntimeException e) {
       LOG.log(Level.WARNING, "spark-htap: renewing the leases of running queries failed: " + e.getMessage(), e);
     } finally {
-      worker.schedule(this::renewRound, (long) (next * 1000), TimeUnit.MILLISECONDS);
+      worker.schedule(this::renewRound, (long) (TICK_S * 1000), TimeUnit.MILLISECONDS);
     }
   }
 
