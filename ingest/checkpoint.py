@@ -64,7 +64,7 @@ class Checkpointer:
                 return [d.path for d in self.store.deltas(table.id, part)] + [
                     d.path for d in deltas if d.table_id == table.id and d.part == part]
             try:
-                deltas += write_partitioned(self.warehouse, table, data, live, locks)
+                deltas += write_partitioned(self.warehouse, table, data, live, locks, self.store)
             except DECODE_ERRORS as e:  # a value the delta's types cannot hold (never a disk error)
                 failures.append(Failure(table, PoisonError(None, None, str(e).strip().splitlines()[0]), safe))
                 failed_ids.add(table.id)
