@@ -322,12 +322,11 @@ class HtapReader(DataSourceReader):
                 yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
-        from pathlib import Path
-
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from htap.conf import load_config
         from htap.pushdown.replica_reader import read_plan
+        from htap.replica.warehouse import open_warehouse
         from htap.replica.leases import kept, renewed_plan
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
@@ -339,7 +338,7 @@ class HtapReader(DataSourceReader):
             plan = renewed_plan(store, partition.table_id, partition.plan, cfg.pin_ttl_s, cfg.window_s)
         with kept(str(cfg.metadata), plan.lease, cfg.pin_ttl_s):
             yield from read_plan(
-                Path(partition.warehouse),
+                open_warehouse(cfg),
                 partition.table_label,
                 TableInfo.decode_schema(partition.table_schema_b64),
                 list(partition.key),

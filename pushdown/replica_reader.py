@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
@@ -27,6 +27,7 @@ from htap.replica.merge import current_rows_sql, evolved, versioned_source
 from htap.replica.models import delta_schema
 from htap.pushdown import partials
 from htap.replica.snapshot import ReadPlan
+from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
 
@@ -70,7 +71,7 @@ def replica_sql(
 
 
 def read_replica(
-    warehouse: Path,
+    warehouse: Warehouse | Path,
     table_label: str,
     table_schema: pa.Schema,
     key: list[str],
@@ -84,15 +85,45 @@ def read_replica(
     strategy: str = "merge",
     delta_versions: list[int] | None = None,
     added_versions: dict[str, int] | None = None,
+    files: Mapping[str, str | None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`.
 
     `delta_versions` (the schema version of each file) and `added_versions` (columns added after
-    version 1) let deltas written under older logical schemas be read under the current one."""
-    files = [str(warehouse / p) for p in delta_paths]
-    for f in files:
+    version 1) let deltas written under older logical schemas be read under the current one.
+    `files` (relative path -> checksum) names every file to fetch from an object store, sidecars
+    included; by default the deltas and their possible sidecars, unverified."""
+    warehouse = as_warehouse(warehouse)
+    if files is None:
+        files = {name: None for p in delta_paths for name in (p, dv.sidecar(p))}
+    with warehouse.local(files) as root:
+        yield from _read_local(root, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, output_schema,
+                               floor=floor, partial=partial, strategy=strategy, delta_versions=delta_versions,
+                               added_versions=added_versions)
+
+
+def _read_local(
+    root: Path,
+    warehouse: Warehouse,
+    table_label: str,
+    table_schema: pa.Schema,
+    key: list[str],
+    delta_paths: list[str],
+    seq: int,
+    subplan: PushedSubplan,
+    output_schema: pa.Schema,
+    *,
+    floor: int | None,
+    partial: bool,
+    strategy: str,
+    delta_versions: list[int] | None,
+    added_versions: dict[str, int] | None,
+) -> Iterator[pa.RecordBatch]:
+    """`read_replica` over local copies of the files (`<root>/<relative path>`)."""
+    files = [str(root / p) for p in delta_paths]
+    for p, f in zip(delta_paths, files):
         if not Path(f).is_file():
-            raise damaged(table_label, f"delta file {f} is missing")
+            raise damaged(table_label, f"delta file {warehouse.url(p)} is missing")
     con = engine.cursor(exact_floats=engine.has_floats(table_schema))
     if files and evolved(delta_versions, added_versions):
         source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
@@ -104,7 +135,7 @@ def read_replica(
             # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
             wanted = subplan.referenced_columns()
             needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
-            visible = dv.visible_source(con, warehouse, delta_paths, seq, needed)
+            visible = dv.visible_source(con, root, delta_paths, seq, needed)
             if visible is not None:
                 try:
                     con.execute(f"CREATE OR REPLACE TEMP VIEW __visible AS SELECT * FROM {visible}")  # this cursor's own
@@ -145,7 +176,7 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema, subplan: PushedSubplan) -
 
 
 def read_plan(
-    warehouse: Path,
+    warehouse: Warehouse | Path,
     table_label: str,
     table_schema: pa.Schema,
     key: list[str],
@@ -158,4 +189,5 @@ def read_plan(
         warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, subplan, output_schema,
         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
         delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
+        files=dict(plan.files) if plan.files else None,
     )

@@ -40,9 +40,21 @@ from htap.replica.models import (
     TableInfo,
 )
 
-SCHEMA_VERSION = 7
-# The lease each process holds per (store, table): (pin id, created at). See MetadataStore.lease.
-_LEASES: dict[tuple[str, int], tuple[int, float, int]] = {}  # (pin id, created at, seq)
+SCHEMA_VERSION = 8
+# Partition history: the layout (split points, partition ids) that holds from `from_seq` on, until
+# the next one. Reads at a seq use the layout of that seq (htap.replica.repartition).
+_LAYOUTS = (
+    "layouts (table_id {int} NOT NULL, from_seq {int} NOT NULL, bounds TEXT, ids TEXT NOT NULL,"
+    " created_at {real} NOT NULL, reason TEXT, PRIMARY KEY (table_id, from_seq))"
+)
+# Stores of these versions are upgraded in place when opened: version -> its statements.
+_UPGRADES = {
+    6: ["ALTER TABLE deltas ADD COLUMN checksum TEXT", "ALTER TABLE deltas ADD COLUMN dv_checksum TEXT"],
+    7: ["ALTER TABLE deltas ADD COLUMN until_seq {int}", "ALTER TABLE tables ADD COLUMN partition_ids TEXT",
+        f"CREATE TABLE IF NOT EXISTS {_LAYOUTS}"],
+}
+# The lease each process holds per (store, table): (pin id, created at, seq). See MetadataStore.lease.
+_LEASES: dict[tuple[str, int], tuple[int, float, int]] = {}
 _LEASES_LOCK = threading.Lock()
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 QUERY_READS_SOURCE = -1  # query_snapshots.seq of a query that reads a source itself (at an exported snapshot)
@@ -71,15 +83,9 @@ _TABLES = [
         " min_seq {int} NOT NULL, max_seq {int} NOT NULL, rows {int} NOT NULL, bytes {int} NOT NULL,"
         " partial_rows {int} NOT NULL DEFAULT 0, deletes {int} NOT NULL DEFAULT 0, unique_keys {int} NOT NULL DEFAULT 0,"
         " schema_version {int} NOT NULL DEFAULT 1,"
-        " created_at {real} NOT NULL, retired_at {real}, until_seq {int}",
+        " created_at {real} NOT NULL, retired_at {real}, checksum TEXT, dv_checksum TEXT, until_seq {int}",
     ),
-    # Partition history: the layout (split points, partition ids) that holds from `from_seq` on,
-    # until the next one. Reads at a seq use the layout of that seq (htap.replica.repartition).
-    (
-        "layouts",
-        "table_id {int} NOT NULL, from_seq {int} NOT NULL, bounds TEXT, ids TEXT NOT NULL,"
-        " created_at {real} NOT NULL, reason TEXT, PRIMARY KEY (table_id, from_seq)",
-    ),
+    (_LAYOUTS.split(" ", 1)[0], _LAYOUTS.split(" ", 1)[1][1:-1]),
     ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),
     ("safe_points", "source TEXT NOT NULL, seq {int} NOT NULL, at {real} NOT NULL, PRIMARY KEY (source, seq)"),
     (
@@ -117,6 +123,8 @@ class NewDelta:
     deletes: int = 0
     unique_keys: bool = False
     schema_version: int = 1
+    checksum: str | None = None  # SHA-256 of the file (htap.replica.warehouse)
+    dv_checksum: str | None = None  # of its deletion-vector sidecar; None: no sidecar
 
 
 @dataclass(frozen=True)
@@ -273,6 +281,13 @@ class MetadataStore:
             row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
         except Exception as e:  # noqa: BLE001 - any backend error here means "not a store"
             raise ReplicaError(f"{self.location} is not a spark-htap metadata store: run `htap init`") from e
+        if row is not None and int(row[0]) in _UPGRADES:
+            with self._tx():
+                types = {"int": self._db.int_type, "real": self._db.real_type}
+                for statement in _UPGRADES[int(row[0])]:
+                    self._x(statement.format(**types))
+                self._x("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(int(row[0]) + 1),))
+            return self._check_version()
         if row is None or int(row[0]) != SCHEMA_VERSION:
             found = None if row is None else row[0]
             raise ReplicaError(
@@ -582,14 +597,15 @@ class MetadataStore:
         for d in deltas:
             self._x(
                 "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes,"
-                " unique_keys, schema_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " unique_keys, schema_version, created_at, checksum, dv_checksum)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (d.table_id, d.part, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, d.deletes,
-                 int(d.unique_keys), d.schema_version, now),
+                 int(d.unique_keys), d.schema_version, now, d.checksum, d.dv_checksum),
             )
 
     _DELTA_COLUMNS = (
         "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes, unique_keys, schema_version,"
-        " until_seq"
+        " checksum, dv_checksum, until_seq"
     )
 
     def deltas(self, table_id: int, part: int | None = None) -> list[Delta]:
@@ -680,6 +696,15 @@ class MetadataStore:
             if live != {d.id for d in retire}:
                 return False
             now = self.clock()
+            if self._one("SELECT count(*) FROM layouts WHERE table_id = ?", (table_id,))[0] == 0:
+                # A table copied before layouts were recorded: its first layout holds from its copy.
+                (copy_seq,) = self._one("SELECT copy_seq FROM tables WHERE id = ?", (table_id,))
+                self._x(
+                    "INSERT INTO layouts (table_id, from_seq, bounds, ids, created_at, reason) VALUES (?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (table_id, from_seq) DO NOTHING",
+                    (table_id, min(copy_seq or 0, new.from_seq), old.bounds_b64, json.dumps(list(old.ids)), now,
+                     "initial copy"),
+                )
             for d in retire:
                 self._x("UPDATE deltas SET retired_at = ?, until_seq = ? WHERE id = ?", (now, new.from_seq, d.id))
             self._insert_deltas(add)

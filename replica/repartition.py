@@ -47,12 +47,21 @@ from htap import engine
 from htap.errors import InternalQueryError
 from htap.observe import REPARTITION_SECONDS
 from htap.replica import dv as dvs
-from htap.replica.deltas import delete_delta_files, first_versions, partition_dir, table_dir, write_delta, write_partitioned
+from htap.replica.deltas import (
+    delete_delta_files,
+    first_versions,
+    layout_lock,
+    partition_lock,
+    table_dir,
+    write_delta,
+    write_partitioned,
+)
 from htap.replica.health import damaged, first_damage
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore, NewDelta
-from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, Layout, TableInfo
+from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, Layout, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, encode_bounds, split_by_partition
+from htap.replica.warehouse import LocalWarehouse, Warehouse, as_warehouse
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +122,7 @@ def changes(store: MetadataStore, table: TableInfo, partition_rows: int, counted
     return out
 
 
-def repartition_table(warehouse: Path, store: MetadataStore, table: TableInfo, partition_rows: int,
+def repartition_table(warehouse: Warehouse | Path, store: MetadataStore, table: TableInfo, partition_rows: int,
                       counted: Counted | None = None) -> list[Outcome]:
     """Every repartition the table's layout calls for now (see `changes`); returns those done."""
     done = []
@@ -124,13 +133,14 @@ def repartition_table(warehouse: Path, store: MetadataStore, table: TableInfo, p
     return done
 
 
-def repartition(warehouse: Path, store: MetadataStore, table_id: int, change: Change, partition_rows: int,
+def repartition(warehouse: Warehouse | Path, store: MetadataStore, table_id: int, change: Change, partition_rows: int,
                 counted: Counted | None = None, meanwhile: Callable[[], None] | None = None) -> Outcome | None:
     """Carry out one change (see the module's docstring); None when it is not needed after all
     (a split's exact count is small enough, or one key value fills the partition) or lost a race.
     `meanwhile` runs after the new partitions are written, before the commit's locks are taken
     (tests: a checkpoint whose deltas must be carried over)."""
     started = time.monotonic()
+    warehouse = as_warehouse(warehouse)
     with store.transaction():
         table = store.table_by_id(table_id)
         layout = table.layout
@@ -168,9 +178,9 @@ def repartition(warehouse: Path, store: MetadataStore, table_id: int, change: Ch
             if meanwhile is not None:
                 meanwhile()
             with ExitStack() as locks:
-                locks.enter_context(dvs.layout_lock(warehouse / table_dir(table)))
+                locks.enter_context(layout_lock(warehouse, table))
                 for p in sorted(change.parts):
-                    locks.enter_context(dvs.partition_lock(partition_dir(warehouse, table, p)))
+                    locks.enter_context(partition_lock(warehouse, table, p))
                 fresh = store.table_by_id(table_id)
                 if (fresh.layout.bounds_b64, fresh.layout.ids) != (layout.bounds_b64, layout.ids):
                     return None
@@ -199,19 +209,23 @@ def repartition(warehouse: Path, store: MetadataStore, table_id: int, change: Ch
     return Outcome(change.action, change.parts, new_ids, seq, data.num_rows, len(carried), seconds)
 
 
-def fold(warehouse: Path, table: TableInfo, inputs: list[Delta], seq: int, floor: int | None) -> pa.Table:
+def fold(warehouse: Warehouse, table: TableInfo, inputs: list[Delta], seq: int, floor: int | None) -> pa.Table:
     """The rows of `inputs` live at `seq` (one version per key, upserts only, partial updates
     filled), as delta rows sorted by key: the base compaction's collapse."""
-    from htap.replica.models import delta_schema
-
-    files = [str(warehouse / d.path) for d in inputs]
-    label = f"{table.source}.{table.qualified_name}"
-    for f in files:
-        if not Path(f).is_file():
-            raise damaged(label, f"delta file {f} is missing")
     target = delta_schema(table.arrow_schema)
-    if not files:
+    if not inputs:
         return target.empty_table()
+    with warehouse.local({d.path: d.checksum for d in inputs}) as root:
+        return _fold(root, warehouse, table, inputs, seq, floor, target)
+
+
+def _fold(root: Path, warehouse: Warehouse, table: TableInfo, inputs: list[Delta], seq: int, floor: int | None,
+          target: pa.Schema) -> pa.Table:
+    files = [str(root / d.path) for d in inputs]
+    label = f"{table.source}.{table.qualified_name}"
+    for d, f in zip(inputs, files):
+        if not Path(f).is_file():
+            raise damaged(label, f"delta file {warehouse.url(d.path)} is missing")
     columns = table.arrow_schema.names
     keys = ", ".join(f'"{k}"' for k in table.key)
     versions = [d.schema_version for d in inputs]
@@ -257,12 +271,25 @@ def _above(a: pa.Scalar, b: pa.Scalar) -> bool:
     return x > y
 
 
-def carry(warehouse: Path, table: TableInfo, delta: Delta, points: pa.Array | None, new_ids: tuple[int, ...],
+def carry(warehouse: Warehouse, table: TableInfo, delta: Delta, points: pa.Array | None, new_ids: tuple[int, ...],
           written: list[NewDelta]) -> list[NewDelta]:
     """Write the versions of `delta` (committed to an old partition after the repartition read
     its inputs) into the new partitions, as a checkpoint would: deletion-vector entries against
     what is already written there, partial updates completed from it."""
-    files = [str(warehouse / delta.path)]
+    with warehouse.local({delta.path: delta.checksum}) as root:
+        rows = _versions(root, table, delta)
+    routed = dataclasses.replace(table, partition_bounds_b64=encode_bounds(points) if points is not None else None,
+                                 partition_ids=new_ids)
+
+    def live(part: int) -> dict[str, str | None]:
+        return {d.path: d.checksum for d in written if d.part == part}
+
+    return write_partitioned(warehouse, routed, rows, live)
+
+
+def _versions(root: Path, table: TableInfo, delta: Delta) -> pa.Table:
+    """Every version in one delta, in the table's current logical schema, sorted (key, seq DESC)."""
+    files = [str(root / delta.path)]
     columns = table.arrow_schema.names
     added = {c.name: c.added_version for c in table.columns if c.added_version > 1}
     versions = [delta.schema_version]
@@ -270,24 +297,21 @@ def carry(warehouse: Path, table: TableInfo, delta: Delta, points: pa.Array | No
     keys = ", ".join(f'"{k}"' for k in table.key)
     con = engine.cursor(exact_floats=engine.has_floats(table.arrow_schema))
     try:
-        rows = con.sql(f'SELECT * FROM {source} ORDER BY {keys}, "{SEQ}" DESC').to_arrow_table()
+        return con.sql(f'SELECT * FROM {source} ORDER BY {keys}, "{SEQ}" DESC').to_arrow_table()
     finally:
         con.close()
-    routed = dataclasses.replace(table, partition_bounds_b64=encode_bounds(points) if points is not None else None,
-                                 partition_ids=new_ids)
-
-    def live(part: int) -> list[str]:
-        return [d.path for d in written if d.part == part]
-
-    return write_partitioned(warehouse, routed, rows, live)
 
 
-def collect_orphans(warehouse: Path, store: MetadataStore, table: TableInfo, older_than_s: float = 3600.0) -> int:
+def collect_orphans(warehouse: Warehouse | Path, store: MetadataStore, table: TableInfo,
+                    older_than_s: float = 3600.0) -> int:
     """Delete files in the table's folder that no delta of the metadata references (live or
     retired) and that are older than `older_than_s` — what a writer killed between writing a
     delta and committing it left behind (a younger file may be a running writer's). Returns
-    how many files went."""
-    root = warehouse / table_dir(table)
+    how many files went. Local warehouses only (an object store's files carry no age here)."""
+    warehouse = as_warehouse(warehouse)
+    if not isinstance(warehouse, LocalWarehouse):
+        return 0
+    root = warehouse.root / table_dir(table)
     if not root.is_dir():
         return 0
     known = set(store.delta_paths(table.id))
@@ -301,11 +325,9 @@ def collect_orphans(warehouse: Path, store: MetadataStore, table: TableInfo, old
             if name.startswith("."):
                 continue  # lock files
             rel = f"{table_dir(table)}/{folder.name}/{name}"
-            for suffix in (dvs.SUFFIX + ".tmp", dvs.SUFFIX, ".tmp"):
-                if rel.endswith(suffix):
-                    rel = rel[: -len(suffix)]
-                    break
-            if rel in known:
+            if rel.endswith(dvs.SUFFIX):
+                rel = rel[: -len(dvs.SUFFIX)]
+            if rel in known:  # (a staged file, `<rel>.<hex>.tmp`, never is)
                 continue
             try:
                 if f.stat().st_mtime < cutoff:
