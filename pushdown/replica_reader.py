@@ -62,11 +62,59 @@ def replica_sql(
     latest = current_rows_sql(files, key, all_columns, needed, seq, floor=floor, partial=partial, strategy=strategy,
                               key_conditions=conditions)
     current = sqlglot.parse_one(latest, read="duckdb")
-    rest = PushedSubplan(
-        columns=subplan.columns, filters=tuple(row_filters), group_by=subplan.group_by, aggregates=subplan.aggregates,
-        where=subplan.where,
-    )
+    rest = dataclasses.replace(subplan, filters=tuple(row_filters))
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
+
+
+def partition_query(
+    con: duckdb.DuckDBPyConnection,
+    warehouse: Path,
+    table_label: str,
+    table_schema: pa.Schema,
+    key: list[str],
+    delta_paths: list[str],
+    seq: int,
+    subplan: PushedSubplan,
+    *,
+    floor: int | None = None,
+    partial: bool = False,
+    strategy: str = "merge",
+    delta_versions: list[int] | None = None,
+    added_versions: dict[str, int] | None = None,
+    name: str = "__visible",
+) -> tuple[str, list[str]]:
+    """The DuckDB query (on `con`, which may get temporary views named after `name`) of one
+    partition read at `seq` with `subplan` applied, and the files it reads.
+
+    `delta_versions` (the schema version of each file) and `added_versions` (columns added after
+    version 1) let deltas written under older logical schemas be read under the current one."""
+    files = [str(warehouse / p) for p in delta_paths]
+    for f in files:
+        if not Path(f).is_file():
+            raise damaged(table_label, f"delta file {f} is missing")
+    if files and evolved(delta_versions, added_versions):
+        source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
+        strategy = "merge"
+    elif files:
+        source = files
+        if strategy != "direct" and not any(f.columns() <= set(key) for f in subplan.filters):
+            # Deletion vectors: filtered scans of each delta instead of a per-key merge. (Lookups
+            # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
+            wanted = subplan.referenced_columns()
+            needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
+            visible = dv.visible_source(con, warehouse, delta_paths, seq, needed)
+            if visible is not None:
+                try:
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {visible}")  # this cursor's own
+                    source, strategy = name, "direct"
+                except duckdb.Error:
+                    pass  # a file went bad since it was checked: the merge reports it
+    else:
+        empty = f"{name}_no_deltas"
+        con.register(empty, pa.Table.from_batches([], schema=delta_schema(table_schema)))
+        source, strategy = empty, "merge"
+    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial, strategy=strategy)
+    return sql, files
 
 
 def read_replica(
@@ -85,50 +133,78 @@ def read_replica(
     delta_versions: list[int] | None = None,
     added_versions: dict[str, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`.
-
-    `delta_versions` (the schema version of each file) and `added_versions` (columns added after
-    version 1) let deltas written under older logical schemas be read under the current one."""
-    files = [str(warehouse / p) for p in delta_paths]
-    for f in files:
-        if not Path(f).is_file():
-            raise damaged(table_label, f"delta file {f} is missing")
+    """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`."""
     con = engine.cursor(exact_floats=engine.has_floats(table_schema))
-    if files and evolved(delta_versions, added_versions):
-        source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
-        strategy = "merge"
-    elif files:
-        source = files
-        if strategy != "direct" and not any(f.columns() <= set(key) for f in subplan.filters):
-            # Deletion vectors: filtered scans of each delta instead of a per-key merge. (Lookups
-            # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
-            wanted = subplan.referenced_columns()
-            needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
-            visible = dv.visible_source(con, warehouse, delta_paths, seq, needed)
-            if visible is not None:
-                try:
-                    con.execute(f"CREATE OR REPLACE TEMP VIEW __visible AS SELECT * FROM {visible}")  # this cursor's own
-                    source, strategy = "__visible", "direct"
-                except duckdb.Error:
-                    pass  # a file went bad since it was checked: the merge reports it
-    else:
-        con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
-        source, strategy = "__no_deltas", "merge"
-    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial, strategy=strategy)
+    try:
+        sql, files = partition_query(
+            con, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, floor=floor, partial=partial,
+            strategy=strategy, delta_versions=delta_versions, added_versions=added_versions,
+        )
+        yield from _run(con, sql, output_schema, subplan, {table_label: files})
+    finally:
+        con.close()
+
+
+def _run(con, sql: str, output_schema: pa.Schema, subplan: PushedSubplan, files: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
+    """Run `sql` and stream its batches as `output_schema`; a failure is damage only if a file of
+    some table (`files`: table label -> its files) is missing or corrupt."""
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:
             yield from _conform(batch, output_schema, subplan)
     except duckdb.Error as e:
-        con.close()
         # Damage only if a file is: our own query failing on intact files is a bug, not damage.
-        problem = first_damage(files)
-        if problem:
-            raise damaged(table_label, problem) from e
+        for label, table_files in files.items():
+            problem = first_damage(table_files)
+            if problem:
+                raise damaged(label, problem) from e
         raise InternalQueryError(
-            f"the replica query of table {table_label} failed on intact files (a spark-htap bug; please report it"
+            f"the replica query of {', '.join(files)} failed on intact files (a spark-htap bug; please report it"
             f" with this line): {str(e).splitlines()[0]}"
         ) from e
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinedTableRead:
+    """One table of a joined scan as a task reads it: the partitions it reads at the seq."""
+
+    label: str
+    schema: pa.Schema
+    key: list[str]
+    plans: tuple[ReadPlan, ...]
+
+
+def read_joined(
+    warehouse: Path, tables: list[JoinedTableRead], subplan: PushedSubplan, output_schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """A joined scan in one DuckDB query: each table's current rows at the seq (its partitions'
+    reads, each with the table's own filters and columns) as a temporary view, joined, then
+    the aggregate, order and limit above the join (htap.rewrite.render.joined_select)."""
+    join = subplan.join
+    assert join is not None and len(join.tables) == len(tables)
+    con = engine.cursor(exact_floats=any(engine.has_floats(t.schema) for t in tables))
+    files: dict[str, list[str]] = {}
+    try:
+        relations = []
+        for i, (t, joined) in enumerate(zip(tables, join.tables)):
+            own = joined.subplan
+            parts = []
+            for j, plan in enumerate(t.plans):
+                sql, table_files = partition_query(
+                    con, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own, floor=plan.floor,
+                    partial=plan.partial, strategy=plan.strategy, delta_versions=list(plan.delta_versions),
+                    added_versions=dict(plan.added_versions), name=f"__visible_{i}_{j}",
+                )
+                parts.append(f"({sql})")
+                files.setdefault(t.label, []).extend(table_files)
+            if not parts:  # every partition pruned by the table's own key filters
+                columns = list(own.columns) if own.columns is not None else t.schema.names
+                con.register(f"__empty_{i}", pa.Table.from_batches([], schema=pa.schema([t.schema.field(c) for c in columns])))
+                parts.append(f"(SELECT * FROM __empty_{i})")
+            con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
+            relations.append(sqlglot.exp.to_table(f"__table_{i}").as_(render.table_alias(i), quoted=True))
+        sql = render.joined_select(subplan, relations).sql("duckdb")
+        yield from _run(con, sql, output_schema, subplan, files)
     finally:
         con.close()
 
