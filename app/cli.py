@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import signal
 import sys
 import threading
@@ -27,6 +26,7 @@ from htap.connectors.tables import OVERRIDE_TYPES, apply_overrides, keep_overrid
 from htap.errors import ConfigError, HtapError, SourceError, TableError
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import encode_schema
+from htap.replica.warehouse import open_warehouse
 
 log = logging.getLogger("htap")
 
@@ -44,7 +44,7 @@ def cmd_init(args) -> int:
     open_source(cfg.source(args.source)).check()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    cfg.warehouse.mkdir(parents=True, exist_ok=True)
+    open_warehouse(cfg).create()
     MetadataStore(cfg.metadata, create=True).close()
     print(f"wrote {path}; metadata store {cfg.metadata}")
     print(f"next: htap --config {path} tables add <schema.table>, then htap --config {path} serve")
@@ -105,7 +105,7 @@ def cmd_tables_recheck(args) -> int:
     source = cfg.source(args.source)
     schema, name = _table_name(args.table)
     with MetadataStore(cfg.metadata) as store:
-        result = recheck(cfg.warehouse, store, store.get_table(source.name, schema, name))
+        result = recheck(open_warehouse(cfg), store, store.get_table(source.name, schema, name))
     print(f"{schema}.{name}: {result.was} -> {result.now}: {result.detail}")
     return 0 if result.now != "unhealthy" else 1
 
@@ -123,7 +123,7 @@ def cmd_tables_remove(args) -> int:
         except SourceError as e:
             print(f"warning: {e}; the source may still log the table's changes for the replica", file=sys.stderr)
         store.remove_table(table.id)
-    shutil.rmtree(cfg.warehouse / table_dir(table), ignore_errors=True)
+    open_warehouse(cfg).delete_tree(table_dir(table))
     print(f"removed {schema}.{name} from source {source.name}: its metadata and delta files are gone")
     return 0
 
@@ -139,9 +139,9 @@ def cmd_sources_drop(args) -> int:
         tables = store.list_tables(source.name)
         for table in tables:
             store.remove_table(table.id)
-            shutil.rmtree(cfg.warehouse / table_dir(table), ignore_errors=True)
+            open_warehouse(cfg).delete_tree(table_dir(table))
         store.forget_source(source.name)
-    shutil.rmtree(cfg.warehouse / source.name, ignore_errors=True)
+    open_warehouse(cfg).delete_tree(source.name)
     cfg.path.write_text(remove_source(cfg.path.read_text(), source.name, cfg.path))
     print(f"removed {len(tables)} table(s) of source {source.name} and its section [sources.{source.name}] of {cfg.path}")
     return 0

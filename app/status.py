@@ -16,6 +16,7 @@ from htap.pushdown.replica_reader import read_plan
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import STATE_FAILED, STATE_UNHEALTHY, TableInfo
 from htap.replica.snapshot import pin_and_plan
+from htap.replica.warehouse import open_warehouse
 from htap.rewrite.subplan import Aggregate, PushedSubplan
 from htap.seq import PLAIN
 
@@ -47,7 +48,7 @@ def current_rows(cfg: HtapConfig, store: MetadataStore, table: TableInfo) -> int
     count = PushedSubplan(aggregates=(Aggregate("count_star"),))
     total = 0
     for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
-        for batch in read_plan(cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), plan, count, out):
+        for batch in read_plan(open_warehouse(cfg), table.qualified_name, table.arrow_schema, list(table.key), plan, count, out):
             total += batch.column(0)[0].as_py() if batch.num_rows else 0
     return total
 

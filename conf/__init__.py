@@ -27,8 +27,8 @@ DEFAULT_CONFIG_FILE = "htap.toml"
 
 # key -> (default, description). One place for every replica setting.
 REPLICA_KEYS: dict[str, tuple[object, str]] = {
-    "warehouse": ("warehouse", "folder holding the Parquet deltas (relative to the config file)"),
-    "metadata": ("", "metadata store: a SQLite file (default <warehouse>/metadata.db) or a postgresql:// URL"),
+    "warehouse": ("warehouse", "folder holding the Parquet deltas (relative to the config file), or s3://bucket/prefix"),
+    "metadata": ("", "metadata store: a SQLite file (default <warehouse>/metadata.db; <config dir>/metadata.db for an s3:// warehouse) or a postgresql:// URL"),
     "flush_interval_s": (0.5, "seconds between checkpoints that turn buffered changes into deltas"),
     "flush_max_changes": (200_000, "buffered changes that force a checkpoint before the interval"),
     "partition_rows": (1_000_000, "target rows per range partition, chosen at the initial copy"),
@@ -39,7 +39,20 @@ REPLICA_KEYS: dict[str, tuple[object, str]] = {
     "compaction_ratio": (4.0, "growth of the size limit from one tier to the next"),
     "max_deltas": (12, "deltas per partition above which all of them are merged"),
     "source_range_rows": (250_000, "rows per key range of a source (failover) read; ranges run as parallel Spark tasks at one snapshot"),
+    # An s3:// warehouse (any S3-compatible store). Empty: the standard AWS environment variables.
+    "s3_endpoint": ("", "s3 warehouse: endpoint URL (http://host:port for MinIO, moto, ...); default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS"),
+    "s3_region": ("", "s3 warehouse: region; default $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1"),
+    "s3_access_key_id": ("", "s3 warehouse: access key; default $AWS_ACCESS_KEY_ID (or ~/.aws, instance roles)"),
+    "s3_secret_access_key": ("", "s3 warehouse: secret key; default $AWS_SECRET_ACCESS_KEY"),
+    "s3_timeout_s": (10.0, "s3 warehouse: connect and request timeout of one call"),
+    "s3_retries": (5, "s3 warehouse: attempts of a call that failed transiently (network, timeouts, throttling), with exponential backoff"),
+    "cache_dir": ("", "s3 warehouse: local cache of deltas (relative to the config file); default <config dir>/cache; $HTAP_CACHE_DIR overrides"),
+    "cache_bytes": (1 << 30, "s3 warehouse: size limit of the local cache (least recently used deltas are evicted)"),
 }
+OBJECT_STORE_KEYS = ("s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key", "s3_timeout_s", "s3_retries",
+                     "cache_dir", "cache_bytes")
+CACHE_DIR_ENV = "HTAP_CACHE_DIR"
+WAREHOUSE_SCHEMES = ("s3://",)
 POSTGRES_KEYS: dict[str, tuple[object, str]] = {
     "kind": ("postgres", "source kind: postgres, mysql (also MariaDB) or debezium"),
     "dsn": ("", "postgres: libpq connection string"),
@@ -203,10 +216,29 @@ def origin_config(name: str, dsn: str, path: Path) -> SourceConfig:
     return PostgresConfig.parse(name, {"dsn": dsn}, path)
 
 
+def is_url(location: str | os.PathLike) -> bool:
+    """Whether a warehouse location is an object-store URL (else a local folder)."""
+    return "://" in str(location)
+
+
+@dataclass(frozen=True)
+class ObjectStoreConfig:
+    """How to reach an s3:// warehouse, and the local cache in front of it (htap.replica.warehouse)."""
+
+    endpoint: str = ""
+    region: str = ""
+    access_key_id: str = ""
+    secret_access_key: str = ""
+    timeout_s: float = 10.0
+    retries: int = 5
+    cache_dir: Path | None = None
+    cache_bytes: int = 1 << 30
+
+
 @dataclass(frozen=True)
 class HtapConfig:
     path: Path
-    warehouse: Path
+    warehouse: Path | str  # a local folder, or an s3://bucket/prefix URL
     metadata: Path | str  # SQLite file, or a postgresql:// URL
     flush_interval_s: float
     flush_max_changes: int
@@ -220,6 +252,7 @@ class HtapConfig:
     source_range_rows: int = 250_000
     sources: dict[str, SourceConfig] = field(default_factory=dict)
     service: ServiceConfig = ServiceConfig()  # [service]: metrics, health, source watching
+    object_store: ObjectStoreConfig = ObjectStoreConfig()  # an s3:// warehouse's endpoint, credentials, cache
 
     def source(self, name: str | None = None) -> SourceConfig:
         """The named source, or the only one when no name is given."""
@@ -266,9 +299,18 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     _check_keys(replica, set(REPLICA_KEYS), path, "replica.")
     values = {k: replica.get(k, default) for k, (default, _) in REPLICA_KEYS.items()}
     base = path.parent
-    warehouse = (base / str(values["warehouse"])).resolve()
+    warehouse: Path | str
+    if is_url(values["warehouse"]):
+        warehouse = str(values["warehouse"]).rstrip("/")
+        if not warehouse.startswith(WAREHOUSE_SCHEMES) or len(warehouse) <= len("s3://"):
+            raise ConfigError(
+                f"{path}: replica.warehouse = {values['warehouse']!r}: use s3://bucket[/prefix] (any S3-compatible"
+                f" store; endpoint in replica.s3_endpoint) or a local folder"
+            )
+    else:
+        warehouse = (base / str(values["warehouse"])).resolve()
     if not values["metadata"]:
-        metadata: Path | str = warehouse / "metadata.db"
+        metadata: Path | str = (base if isinstance(warehouse, str) else warehouse) / "metadata.db"
     elif is_postgres_location(values["metadata"]):
         metadata = str(values["metadata"])
     else:
@@ -277,6 +319,15 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     for key, (default, _) in REPLICA_KEYS.items():
         if isinstance(default, (int, float)):
             numbers[key] = _replica_number(key, values[key], type(default), path)
+    for key in ("s3_endpoint", "s3_region", "s3_access_key_id", "s3_secret_access_key", "cache_dir"):
+        if not isinstance(values[key], str):
+            raise ConfigError(f"{path}: replica.{key} must be a string, got {values[key]!r}")
+    cache_dir = os.environ.get(CACHE_DIR_ENV) or values["cache_dir"] or "cache"
+    object_store = ObjectStoreConfig(
+        endpoint=values["s3_endpoint"], region=values["s3_region"], access_key_id=values["s3_access_key_id"],
+        secret_access_key=values["s3_secret_access_key"], timeout_s=numbers.pop("s3_timeout_s"),
+        retries=numbers.pop("s3_retries"), cache_dir=(base / cache_dir).resolve(), cache_bytes=numbers.pop("cache_bytes"),
+    )
     sources = {}
     for name, sraw in raw.get("sources", {}).items():
         if not isinstance(sraw, dict):
@@ -298,6 +349,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         metadata=metadata,
         sources=sources,
         service=parse_service(raw.get("service", {}), path),
+        object_store=object_store,
         **numbers,
     )
 
@@ -306,6 +358,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
 REPLICA_MINIMUM: dict[str, float] = {
     "flush_interval_s": 0, "flush_max_changes": 1, "partition_rows": 1, "window_s": 0, "pin_ttl_s": 0,
     "compaction_interval_s": 0, "compaction_min_bytes": 1, "max_deltas": 1, "source_range_rows": 1,
+    "s3_timeout_s": 0.1, "s3_retries": 1, "cache_bytes": 1,
 }
 
 
@@ -424,8 +477,8 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
     lines = ["# spark-htap configuration (see README). Tables are added with `htap tables add`.", "", "[replica]"]
     for key, (default, doc) in REPLICA_KEYS.items():
         value = warehouse if key == "warehouse" else default
-        if key == "metadata":
-            lines.append(f"# metadata = \"\"  # {doc}")
+        if key == "metadata" or (key in OBJECT_STORE_KEYS and not is_url(warehouse)):
+            lines.append(f"# {key} = {_toml_value(value)}  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
     lines += render_service()

@@ -33,6 +33,26 @@ class DamagedReplicaError(ReplicaError):
     """A delta file is missing or corrupt: the only reason a read marks its table unhealthy."""
 
 
+# Every error of a damaged table starts with this (htap.replica.health tells damage from other
+# reasons a table is unhealthy by it).
+DAMAGE_PREFIX = "damaged replica: "
+
+
+class WarehouseError(ReplicaError):
+    """The warehouse (a local folder or an object store) cannot be used: not a damaged file,
+    so it never marks a table unhealthy."""
+
+
+class WarehouseUnavailableError(WarehouseError):
+    """The object store did not answer (network, timeouts, throttling) after every retry.
+    Nothing was confirmed to the source: the service retries the checkpoint later."""
+
+
+class WarehouseAccessError(WarehouseError):
+    """The object store refused the request (credentials, bucket missing, permissions): retrying
+    cannot help; the message names the setting to fix."""
+
+
 class InternalQueryError(HtapError):
     """A query spark-htap generated itself failed on intact data: a bug in spark-htap, never
     damage, so it fails the query but leaves the table's health alone."""

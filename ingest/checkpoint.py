@@ -1,11 +1,13 @@
 """Checkpoints: buffered changes -> durable deltas -> one metadata transaction -> confirm.
 
-The order is the durability contract of the whole service. Delta files are written and
-fsynced first; then one metadata transaction records them with the source's new max safe seq
-and position; only then is the position confirmed to the source, which may then forget it. A
-crash at any point loses nothing (the source re-sends what was not confirmed; re-sent
-transactions at or below the durable position are skipped) and duplicates nothing (an
-unreferenced delta file is never read).
+The order is the durability contract of the whole service. Delta files are stored first (fsynced
+in a local folder, or acknowledged by the object store: htap.replica.warehouse); then one
+metadata transaction records them with the source's new max safe seq and position; only then is
+the position confirmed to the source, which may then forget it. A crash at any point loses
+nothing (the source re-sends what was not confirmed; re-sent transactions at or below the durable
+position are skipped) and duplicates nothing (an unreferenced delta file is never read). An
+object store that does not acknowledge an upload fails the checkpoint before its metadata
+transaction: nothing is confirmed, and the changes stay buffered for the next attempt.
 
 A table whose buffered values cannot be decoded or written fails alone: the same metadata
 transaction marks it failed (with the value and seq named) and advances everyone else, so one
@@ -17,22 +19,21 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import ExitStack
-from pathlib import Path
-
 from htap.connectors.changes import DECODE_ERRORS, ChangeStream
-from htap.errors import PoisonError
+from htap.errors import PoisonError, WarehouseError
 from htap.seq import SeqCodec
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
 from htap.observe import CHECKPOINT_SECONDS
 from htap.replica.deltas import delete_delta_files, write_partitioned
 from htap.replica.metadata import MetadataStore
+from htap.replica.warehouse import Warehouse
 
 log = logging.getLogger(__name__)
 
 
 class Checkpointer:
-    def __init__(self, warehouse: Path, store: MetadataStore, source: str, codec: SeqCodec | None = None):
+    def __init__(self, warehouse: Warehouse, store: MetadataStore, source: str, codec: SeqCodec | None = None):
         self.warehouse = warehouse
         self.store = store
         self.source = source
@@ -59,12 +60,17 @@ class Checkpointer:
             if table.id in failed_ids:
                 continue
 
-            def live(part: int, table=table) -> list[str]:
+            def live(part: int, table=table) -> dict[str, str | None]:
                 # The partition's live deltas, and those this checkpoint already wrote for it.
-                return [d.path for d in self.store.deltas(table.id, part)] + [
-                    d.path for d in deltas if d.table_id == table.id and d.part == part]
+                return {d.path: d.checksum for d in self.store.deltas(table.id, part)} | {
+                    d.path: d.checksum for d in deltas if d.table_id == table.id and d.part == part}
             try:
                 deltas += write_partitioned(self.warehouse, table, data, live, locks)
+            except WarehouseError as e:
+                # Before the metadata transaction: nothing of this checkpoint is visible or
+                # confirmed. The caller restarts the stream from the durable position.
+                raise type(e)(f"checkpoint of source {self.source} not stored, nothing confirmed to the"
+                                     f" source (it re-sends from seq {self.store.source_position(self.source)}): {e}") from e
             except DECODE_ERRORS as e:  # a value the delta's types cannot hold (never a disk error)
                 failures.append(Failure(table, PoisonError(None, None, str(e).strip().splitlines()[0]), safe))
                 failed_ids.add(table.id)

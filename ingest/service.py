@@ -28,7 +28,7 @@ from htap.conf import HtapConfig, SourceConfig
 from htap.connectors.changes import DECODE_ERRORS, ChangeSource, Commit
 from htap.connectors.registry import open_source
 from htap.connectors.tables import keep_overrides
-from htap.errors import HtapError, PoisonError, SourceError, TableError
+from htap.errors import HtapError, PoisonError, SourceError, TableError, WarehouseError
 from htap.ingest.applier import Action, Failed, FollowSchema, Recopy, TransactionApplier
 from htap.ingest.checkpoint import Checkpointer
 from htap.ingest.failures import failure_message, log_failure
@@ -59,6 +59,7 @@ from htap.replica.models import (
     TableInfo,
     encode_schema,
 )
+from htap.replica.warehouse import open_warehouse
 from htap.replica.partitions import choose_splits, encode_bounds, partition_count, partition_filter
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class SourceIngest:
 
     def __init__(self, cfg: HtapConfig, source: SourceConfig, stop: threading.Event, state: ServiceState | None = None):
         self.cfg = cfg
+        self.warehouse = open_warehouse(cfg)
         self.config = source
         self.source: ChangeSource = open_source(source)
         self.stop = stop
@@ -132,7 +134,7 @@ class SourceIngest:
         try:
             with COPY_SECONDS.labels(self.config.name, table.qualified_name).time():
                 self._copy(table, state)
-        except SourceError:
+        except (SourceError, WarehouseError):  # not the table's fault: the whole source retries
             raise
         except (TableError, *DECODE_ERRORS) as e:
             error = e if isinstance(e, HtapError) else PoisonError(None, None, str(e).strip().splitlines()[0])
@@ -151,7 +153,7 @@ class SourceIngest:
         """Initial copy: stage the source's rows, choose partition split points, write one
         sorted delta per partition, then make them visible with the copy seq in one step."""
         for stale in self.store.start_copy(table.id):
-            delete_delta_files(self.cfg.warehouse, stale)
+            delete_delta_files(self.warehouse, stale)
         # The source's schema now (it may have changed since the table was added); the replica
         # types chosen for its columns stay while their source types do.
         described, key = self.source.describe_table(table.schema, table.name)
@@ -161,7 +163,7 @@ class SourceIngest:
         arrow = self.source.replica_schema(columns)  # TableError naming a column without a replica type
         self.store.redefine(table.id, columns, key, encode_schema(arrow))
         table = state["table"] = self.store.table_by_id(table.id)
-        stage = self.cfg.warehouse / "_tmp" / f"copy-{table.id}-{uuid.uuid4().hex[:8]}"
+        stage = self.warehouse.scratch() / f"copy-{table.id}-{uuid.uuid4().hex[:8]}"
         stage.mkdir(parents=True)
         try:
             copy_seq, chunks = self.source.initial_copy(table, stage)
@@ -188,7 +190,7 @@ class SourceIngest:
                 data = data.sort_by([(k, "ascending") for k in table.key])
                 data = data.append_column(SEQ, pa.array(np.full(data.num_rows, copy_seq, dtype=np.int64)))
                 data = data.append_column(OP, pa.array(np.full(data.num_rows, OP_UPSERT, dtype=np.int8)))
-                deltas.append(write_delta(self.cfg.warehouse, table, data, part, dv=first_versions(table)))
+                deltas.append(write_delta(self.warehouse, table, data, part, dv=first_versions(table)))
             self.store.finish_copy(table.id, deltas, copy_seq, bounds)
             log.info(
                 "copied %s: %d rows into %d partitions; catching up from seq %s",
@@ -280,7 +282,7 @@ class SourceIngest:
         tables = [t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)]
         position = self.store.source_position(self.config.name) or 0
         applier = TransactionApplier(tables, self.source.decode_column, position)
-        checkpointer = Checkpointer(self.cfg.warehouse, self.store, self.config.name, self.config.codec)
+        checkpointer = Checkpointer(self.warehouse, self.store, self.config.name, self.config.codec)
         log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
         interval = self.cfg.flush_interval_s

@@ -397,7 +397,6 @@ class HtapReader(DataSourceReader):
 
     def _read_joined(self, partition: "JoinedPartition") -> Iterator:
         import contextlib
-        from pathlib import Path
 
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -406,6 +405,7 @@ class HtapReader(DataSourceReader):
         from htap.replica.leases import kept, renewed_plan
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
+        from htap.replica.warehouse import open_warehouse
         from htap.rewrite.subplan import PushedSubplan
 
         cfg = load_config(partition.config)
@@ -419,7 +419,7 @@ class HtapReader(DataSourceReader):
         with contextlib.ExitStack() as leases:
             for lease in {p.lease for plans in renewed for p in plans if p.lease is not None}:
                 leases.enter_context(kept(str(cfg.metadata), lease, cfg.pin_ttl_s))
-            yield from read_joined(Path(partition.warehouse), reads, PushedSubplan.from_json(partition.pushed),
+            yield from read_joined(open_warehouse(cfg), reads, PushedSubplan.from_json(partition.pushed),
                                    to_arrow_schema(self.schema, timezone="UTC"))
 
     def _read_joined_source(self, partition: "JoinedSourcePartition") -> Iterator:
@@ -468,12 +468,11 @@ class HtapReader(DataSourceReader):
                 yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
-        from pathlib import Path
-
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from htap.conf import load_config
         from htap.pushdown.replica_reader import read_plan
+        from htap.replica.warehouse import open_warehouse
         from htap.replica.leases import kept, renewed_plan
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
@@ -485,7 +484,7 @@ class HtapReader(DataSourceReader):
             plan = renewed_plan(store, partition.table_id, partition.plan, cfg.pin_ttl_s, cfg.window_s)
         with kept(str(cfg.metadata), plan.lease, cfg.pin_ttl_s):
             yield from read_plan(
-                Path(partition.warehouse),
+                open_warehouse(cfg),
                 partition.table_label,
                 TableInfo.decode_schema(partition.table_schema_b64),
                 list(partition.key),

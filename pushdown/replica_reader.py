@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
@@ -27,6 +27,7 @@ from htap.replica.merge import current_rows_sql, evolved, versioned_source
 from htap.replica.models import delta_schema
 from htap.pushdown import partials
 from htap.replica.snapshot import ReadPlan
+from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
 from htap.rewrite.subplan import PushedSubplan
 
@@ -66,9 +67,48 @@ def replica_sql(
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
 
 
+def read_replica(
+    warehouse: Warehouse | Path,
+    table_label: str,
+    table_schema: pa.Schema,
+    key: list[str],
+    delta_paths: list[str],
+    seq: int,
+    subplan: PushedSubplan,
+    output_schema: pa.Schema,
+    *,
+    floor: int | None = None,
+    partial: bool = False,
+    strategy: str = "merge",
+    delta_versions: list[int] | None = None,
+    added_versions: dict[str, int] | None = None,
+    files: Mapping[str, str | None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`.
+
+    `delta_versions` (the schema version of each file) and `added_versions` (columns added after
+    version 1) let deltas written under older logical schemas be read under the current one.
+    `files` (relative path -> checksum) names every file to fetch from an object store, sidecars
+    included; by default the deltas and their possible sidecars, unverified."""
+    warehouse = as_warehouse(warehouse)
+    if files is None:
+        files = {name: None for p in delta_paths for name in (p, dv.sidecar(p))}
+    with warehouse.local(files) as root:
+        con = engine.cursor(exact_floats=engine.has_floats(table_schema))
+        try:
+            sql, local = partition_query(
+                con, root, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, floor=floor,
+                partial=partial, strategy=strategy, delta_versions=delta_versions, added_versions=added_versions,
+            )
+            yield from _run(con, sql, output_schema, subplan, {table_label: local})
+        finally:
+            con.close()
+
+
 def partition_query(
     con: duckdb.DuckDBPyConnection,
-    warehouse: Path,
+    root: Path,
+    warehouse: Warehouse,
     table_label: str,
     table_schema: pa.Schema,
     key: list[str],
@@ -76,22 +116,20 @@ def partition_query(
     seq: int,
     subplan: PushedSubplan,
     *,
-    floor: int | None = None,
-    partial: bool = False,
-    strategy: str = "merge",
-    delta_versions: list[int] | None = None,
-    added_versions: dict[str, int] | None = None,
+    floor: int | None,
+    partial: bool,
+    strategy: str,
+    delta_versions: list[int] | None,
+    added_versions: dict[str, int] | None,
     name: str = "__visible",
 ) -> tuple[str, list[str]]:
-    """The DuckDB query (on `con`, which may get temporary views named after `name`) of one
-    partition read at `seq` with `subplan` applied, and the files it reads.
-
-    `delta_versions` (the schema version of each file) and `added_versions` (columns added after
-    version 1) let deltas written under older logical schemas be read under the current one."""
-    files = [str(warehouse / p) for p in delta_paths]
-    for f in files:
+    """The DuckDB query of one partition read at `seq` with `subplan` applied, over local copies
+    of the files (`<root>/<relative path>`), and those local files. `con` may get temporary views
+    and relations named after `name` (unique per partition read of one query)."""
+    files = [str(root / p) for p in delta_paths]
+    for p, f in zip(delta_paths, files):
         if not Path(f).is_file():
-            raise damaged(table_label, f"delta file {f} is missing")
+            raise damaged(table_label, f"delta file {warehouse.url(p)} is missing")
     if files and evolved(delta_versions, added_versions):
         source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
         strategy = "merge"
@@ -102,7 +140,7 @@ def partition_query(
             # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
             wanted = subplan.referenced_columns()
             needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
-            visible = dv.visible_source(con, warehouse, delta_paths, seq, needed)
+            visible = dv.visible_source(con, root, delta_paths, seq, needed)
             if visible is not None:
                 try:
                     con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {visible}")  # this cursor's own
@@ -117,37 +155,9 @@ def partition_query(
     return sql, files
 
 
-def read_replica(
-    warehouse: Path,
-    table_label: str,
-    table_schema: pa.Schema,
-    key: list[str],
-    delta_paths: list[str],
-    seq: int,
-    subplan: PushedSubplan,
-    output_schema: pa.Schema,
-    *,
-    floor: int | None = None,
-    partial: bool = False,
-    strategy: str = "merge",
-    delta_versions: list[int] | None = None,
-    added_versions: dict[str, int] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`."""
-    con = engine.cursor(exact_floats=engine.has_floats(table_schema))
-    try:
-        sql, files = partition_query(
-            con, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, floor=floor, partial=partial,
-            strategy=strategy, delta_versions=delta_versions, added_versions=added_versions,
-        )
-        yield from _run(con, sql, output_schema, subplan, {table_label: files})
-    finally:
-        con.close()
-
-
 def _run(con, sql: str, output_schema: pa.Schema, subplan: PushedSubplan, files: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
     """Run `sql` and stream its batches as `output_schema`; a failure is damage only if a file of
-    some table (`files`: table label -> its files) is missing or corrupt."""
+    some table (`files`: table label -> its local files) is missing or corrupt."""
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:
@@ -174,39 +184,53 @@ class JoinedTableRead:
     plans: tuple[ReadPlan, ...]
 
 
+def _plan_files(plan: ReadPlan) -> dict[str, str | None]:
+    if plan.files:
+        return dict(plan.files)
+    return {name: None for p in plan.delta_paths for name in (p, dv.sidecar(p))}
+
+
 def read_joined(
-    warehouse: Path, tables: list[JoinedTableRead], subplan: PushedSubplan, output_schema: pa.Schema
+    warehouse: Warehouse | Path, tables: list[JoinedTableRead], subplan: PushedSubplan, output_schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     """A joined scan in one DuckDB query: each table's current rows at the seq (its partitions'
     reads, each with the table's own filters and columns) as a temporary view, joined, then
     the aggregate, order and limit above the join (htap.rewrite.render.joined_select)."""
     join = subplan.join
     assert join is not None and len(join.tables) == len(tables)
-    con = engine.cursor(exact_floats=any(engine.has_floats(t.schema) for t in tables))
-    files: dict[str, list[str]] = {}
-    try:
-        relations = []
-        for i, (t, joined) in enumerate(zip(tables, join.tables)):
-            own = joined.subplan
-            parts = []
-            for j, plan in enumerate(t.plans):
-                sql, table_files = partition_query(
-                    con, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own, floor=plan.floor,
-                    partial=plan.partial, strategy=plan.strategy, delta_versions=list(plan.delta_versions),
-                    added_versions=dict(plan.added_versions), name=f"__visible_{i}_{j}",
-                )
-                parts.append(f"({sql})")
-                files.setdefault(t.label, []).extend(table_files)
-            if not parts:  # every partition pruned by the table's own key filters
-                columns = list(own.columns) if own.columns is not None else t.schema.names
-                con.register(f"__empty_{i}", pa.Table.from_batches([], schema=pa.schema([t.schema.field(c) for c in columns])))
-                parts.append(f"(SELECT * FROM __empty_{i})")
-            con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
-            relations.append(sqlglot.exp.to_table(f"__table_{i}").as_(render.table_alias(i), quoted=True))
-        sql = render.joined_select(subplan, relations).sql("duckdb")
-        yield from _run(con, sql, output_schema, subplan, files)
-    finally:
-        con.close()
+    warehouse = as_warehouse(warehouse)
+    needed: dict[str, str | None] = {}
+    for t in tables:
+        for plan in t.plans:
+            needed.update(_plan_files(plan))
+    with warehouse.local(needed) as root:
+        con = engine.cursor(exact_floats=any(engine.has_floats(t.schema) for t in tables))
+        files: dict[str, list[str]] = {}
+        try:
+            relations = []
+            for i, (t, joined) in enumerate(zip(tables, join.tables)):
+                own = joined.subplan
+                parts = []
+                for j, plan in enumerate(t.plans):
+                    sql, local = partition_query(
+                        con, root, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own,
+                        floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
+                        delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
+                        name=f"__visible_{i}_{j}",
+                    )
+                    parts.append(f"({sql})")
+                    files.setdefault(t.label, []).extend(local)
+                if not parts:  # every partition pruned by the table's own key filters
+                    columns = list(own.columns) if own.columns is not None else t.schema.names
+                    empty = pa.Table.from_batches([], schema=pa.schema([t.schema.field(c) for c in columns]))
+                    con.register(f"__empty_{i}", empty)
+                    parts.append(f"(SELECT * FROM __empty_{i})")
+                con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
+                relations.append(sqlglot.exp.to_table(f"__table_{i}").as_(render.table_alias(i), quoted=True))
+            sql = render.joined_select(subplan, relations).sql("duckdb")
+            yield from _run(con, sql, output_schema, subplan, files)
+        finally:
+            con.close()
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema, subplan: PushedSubplan) -> Iterator[pa.RecordBatch]:
@@ -221,7 +245,7 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema, subplan: PushedSubplan) -
 
 
 def read_plan(
-    warehouse: Path,
+    warehouse: Warehouse | Path,
     table_label: str,
     table_schema: pa.Schema,
     key: list[str],
@@ -234,4 +258,5 @@ def read_plan(
         warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, subplan, output_schema,
         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
         delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
+        files=dict(plan.files) if plan.files else None,
     )

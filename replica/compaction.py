@@ -25,16 +25,17 @@ import duckdb
 
 from htap import engine
 from htap.conf import HtapConfig
-from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError
+from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError, WarehouseError
 from htap.observe import COMPACTION_SECONDS
 from htap.replica import dv as dvs
-from htap.replica.deltas import delete_delta_files, partition_dir, write_delta
+from htap.replica.deltas import delete_delta_files, partition_lock, write_delta
 from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, TableInfo
 from htap.replica.partitions import decode_bounds, partition_count
 from htap.replica.snapshot import queryable_window
+from htap.replica.warehouse import Warehouse, as_warehouse, open_warehouse
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def gc_seq(store: MetadataStore, table: TableInfo, window_s: float) -> int | Non
 
 
 def merge(
-    warehouse: Path,
+    warehouse: Warehouse | Path,
     store: MetadataStore,
     table: TableInfo,
     part: int,
@@ -98,10 +99,46 @@ def merge(
     """Merge `inputs` into one delta and swap it in. `gc` (only when the inputs are every live
     delta of the partition) collapses versions at or below it. Returns the new delta; None if
     nothing was left or the swap lost a race."""
-    files = [str(warehouse / d.path) for d in inputs]
-    for f in files:
+    warehouse = as_warehouse(warehouse)
+    with warehouse.local({d.path: d.checksum for d in inputs}) as root:
+        data = _merged(root, warehouse, store, table, inputs, gc)
+    if data.num_rows == 0:  # everything was garbage: the partition is simply empty now
+        store.replace_deltas(table.id, inputs, [])
+        log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
+        return None
+    # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
+    # those of the whole partition as it is now, including deltas written since the merge began.
+    with partition_lock(warehouse, table, part):
+        live = store.deltas(table.id, part)
+        gone = {d.id for d in inputs} - {d.id for d in live}
+        if gone:
+            return None  # another compaction won the race
+        others = [d for d in live if d.id not in {i.id for i in inputs}]
+        key = list(table.key)
+        try:
+            with warehouse.local({d.path: d.checksum for d in others}) as root:
+                paths = [d.path for d in others]
+                new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, root, paths))
+        except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
+            log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
+            new = write_delta(warehouse, table, data, part)
+        if not store.replace_deltas(table.id, inputs, [new]):
+            delete_delta_files(warehouse, new.path)
+            return None
+    log.info(
+        "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
+        kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
+    )
+    return next(d for d in store.deltas(table.id, part) if d.path == new.path)
+
+
+def _merged(root: Path, warehouse: Warehouse, store: MetadataStore, table: TableInfo, inputs: list[Delta],
+            gc: int | None):
+    """The merged versions of `inputs` (local copies under `root`), sorted (key ASC, seq DESC)."""
+    files = [str(root / d.path) for d in inputs]
+    for d, f in zip(inputs, files):
         if not Path(f).is_file():
-            raise damaged(f"{table.source}.{table.qualified_name}", f"delta file {f} is missing")
+            raise damaged(f"{table.source}.{table.qualified_name}", f"delta file {warehouse.url(d.path)} is missing")
     columns = table.arrow_schema.names
     keys = ", ".join(f'"{k}"' for k in table.key)
     versions = [d.schema_version for d in inputs]
@@ -127,32 +164,7 @@ def merge(
         raise InternalQueryError(f"cannot compact table {table.source}.{table.qualified_name} (intact files): {e}") from e
     finally:
         con.close()
-    if data.num_rows == 0:  # everything was garbage: the partition is simply empty now
-        store.replace_deltas(table.id, inputs, [])
-        log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
-        return None
-    # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
-    # those of the whole partition as it is now, including deltas written since the merge began.
-    with dvs.partition_lock(partition_dir(warehouse, table, part)):
-        live = store.deltas(table.id, part)
-        gone = {d.id for d in inputs} - {d.id for d in live}
-        if gone:
-            return None  # another compaction won the race
-        others = [d.path for d in live if d.id not in {i.id for i in inputs}]
-        key = list(table.key)
-        try:
-            new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, warehouse, others))
-        except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
-            log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
-            new = write_delta(warehouse, table, data, part)
-        if not store.replace_deltas(table.id, inputs, [new]):
-            delete_delta_files(warehouse, new.path)
-            return None
-    log.info(
-        "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
-        kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
-    )
-    return next(d for d in store.deltas(table.id, part) if d.path == new.path)
+    return data
 
 
 def compact_table(cfg: HtapConfig, store: MetadataStore, table: TableInfo, policy: Policy) -> int:
@@ -167,7 +179,7 @@ def compact_table(cfg: HtapConfig, store: MetadataStore, table: TableInfo, polic
         covers_all = len(chosen) == len(live)
         kind = "base" if covers_all else ("minor" if all(d.bytes <= policy.min_bytes for d in chosen) else "major")
         with COMPACTION_SECONDS.labels(table.source, table.qualified_name, kind).time():
-            merged = merge(cfg.warehouse, store, table, part, chosen, horizon if covers_all else None, kind)
+            merged = merge(open_warehouse(cfg), store, table, part, chosen, horizon if covers_all else None, kind)
         if merged is not None:
             merges += 1
     return merges
@@ -176,8 +188,9 @@ def compact_table(cfg: HtapConfig, store: MetadataStore, table: TableInfo, polic
 def collect_garbage(cfg: HtapConfig, store: MetadataStore) -> int:
     """Delete retired delta files that no live pin can read; returns how many."""
     paths = store.collect_garbage()
+    warehouse = open_warehouse(cfg)
     for p in paths:
-        delete_delta_files(cfg.warehouse, p)
+        delete_delta_files(warehouse, p)
     return len(paths)
 
 
@@ -193,7 +206,10 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
             for table in store.list_tables():
                 if auto_recheckable(table) and store.clock() - rechecked.get(table.id, 0.0) >= RECHECK_INTERVAL_S:
                     rechecked[table.id] = store.clock()
-                    log.warning("%s: %s", table.qualified_name, recheck(cfg.warehouse, store, table).detail)
+                    try:
+                        log.warning("%s: %s", table.qualified_name, recheck(open_warehouse(cfg), store, table).detail)
+                    except WarehouseError as e:
+                        log.error("re-check of %s failed: %s", table.qualified_name, e)
                 if not table.readable:
                     continue
                 try:
@@ -203,6 +219,9 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
                     mark_damaged(store, table.id, e)
                 except HtapError as e:
                     log.error("compaction of %s failed: %s", table.qualified_name, e)
-            collect_garbage(cfg, store)
+            try:
+                collect_garbage(cfg, store)
+            except WarehouseError as e:  # the files stay behind (unreferenced): never read
+                log.error("garbage collection failed: %s", e)
     finally:
         store.close()

@@ -1,18 +1,18 @@
 """Writing deltas: a batch of changes -> one Parquet file sorted by (key ASC, seq DESC).
 
-A delta file is written under a temporary name, fsynced, renamed, and its folder fsynced before
-the metadata transaction that references it commits: a crash leaves at worst an unreferenced
-file, never a reference to a file that is not fully on disk.
+A delta file is staged locally and made durable in the warehouse (htap.replica.warehouse: a
+local folder's fsync and rename, or an object store's acknowledged upload) before the metadata
+transaction that references it commits: a crash leaves at worst an unreferenced file, never a
+reference to a file that is not fully stored.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,7 @@ from htap.replica import dv as dvs
 from htap.replica.metadata import NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
+from htap.replica.warehouse import Warehouse, as_warehouse
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +54,21 @@ def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
         con.close()
 
 
-def partition_dir(warehouse: Path, table: TableInfo, part: int) -> Path:
-    return warehouse / table_dir(table) / f"p{part:04d}"
+def partition_dir(table: TableInfo, part: int) -> str:
+    """A partition's folder in the warehouse."""
+    return f"{table_dir(table)}/p{part:04d}"
+
+
+def partition_lock(warehouse: Warehouse, table: TableInfo, part: int):
+    """The writer lock of one partition (htap.replica.dv)."""
+    return dvs.partition_lock(warehouse.lock_dir(partition_dir(table, part)))
 
 
 # Deletion-vector entries of a delta about to be written: (its relative path, its sorted rows).
 Entries = Callable[[str, pa.Table], pa.Table]
 
 
-def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0, dv: Entries | None = None,
+def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, part: int = 0, dv: Entries | None = None,
                 complete: Callable[[pa.Table], pa.Table] | None = None) -> NewDelta:
     """Write `data` (table columns, _seq, _op, optionally _unset and _ord) as one durable delta file.
 
@@ -80,21 +87,22 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
         arrived = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py()
         data = complete(data).select(target.names).cast(target)
         log.info("%s partition %d: %d partial updates completed at write time", table.qualified_name, part, arrived)
+    warehouse = as_warehouse(warehouse)
     seqs = data.column(SEQ)
-    rel = f"{table_dir(table)}/p{part:04d}/{uuid.uuid4().hex}.parquet"
-    path = warehouse / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
+    rel = f"{partition_dir(table, part)}/{uuid.uuid4().hex}.parquet"
     partial = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py() or 0
+    dv_checksum = None
     if dv is not None and not partial:
         entries = dv(rel, data)
-        if entries.num_rows:
-            dvs.write_sidecar(Path(dvs.sidecar(path)), entries)
+        if entries.num_rows:  # the sidecar is stored before its delta
+            side = warehouse.staging_path(dvs.sidecar(rel))
+            dvs.write_sidecar(side, entries)
+            dv_checksum = warehouse.put(dvs.sidecar(rel), side)
         data = data.replace_schema_metadata({**(data.schema.metadata or {}), dvs.FOOTER_KEY: str(entries.num_rows).encode()})
+    tmp = warehouse.staging_path(rel)
     pq.write_table(data, tmp, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True)
-    _fsync(tmp)
-    os.replace(tmp, path)
-    _fsync(path.parent)
+    size = tmp.stat().st_size
+    checksum = warehouse.put(rel, tmp)
     bounds = pc.min_max(seqs)
     deletes = pc.sum(pc.equal(data.column(OP), OP_DELETE)).as_py() or 0
     return NewDelta(
@@ -103,12 +111,14 @@ def write_delta(warehouse: Path, table: TableInfo, data: pa.Table, part: int = 0
         min_seq=bounds["min"].as_py(),
         max_seq=bounds["max"].as_py(),
         rows=data.num_rows,
-        bytes=path.stat().st_size,
+        bytes=size,
         partial_rows=partial,
         part=part,
         deletes=deletes,
         unique_keys=_unique_sorted_keys(data, list(table.key)),
         schema_version=table.schema_version,
+        checksum=checksum,
+        dv_checksum=dv_checksum,
     )
 
 
@@ -124,32 +134,30 @@ def _unique_sorted_keys(data: pa.Table, key: list[str]) -> bool:
     return not pc.any(same).as_py()
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def delete_delta_files(warehouse: Path, rel: str) -> None:
+def delete_delta_files(warehouse: Warehouse | Path, rel: str) -> None:
     """A delta file and its deletion-vector sidecar, if any."""
-    (warehouse / rel).unlink(missing_ok=True)
-    (warehouse / dvs.sidecar(rel)).unlink(missing_ok=True)
+    warehouse = as_warehouse(warehouse)
+    warehouse.delete(rel)
+    warehouse.delete(dvs.sidecar(rel))
+
+
+def _files(live: "Mapping[str, str | None] | list[str]") -> dict[str, str | None]:
+    return dict(live) if isinstance(live, Mapping) else dict.fromkeys(live)
 
 
 def write_partitioned(
-    warehouse: Path,
+    warehouse: Warehouse | Path,
     table: TableInfo,
     data: pa.Table,
-    live: Callable[[int], list[str]] | None = None,
+    live: "Callable[[int], Mapping[str, str | None] | list[str]] | None" = None,
     locks: ExitStack | None = None,
 ) -> list[NewDelta]:
-    """One delta per partition that `data` touches. With `live` (a partition's live deltas,
-    relative paths), each delta records the versions it supersedes (htap.replica.dv); `locks`
+    """One delta per partition that `data` touches. With `live` (a partition's live deltas:
+    relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv); `locks`
     then holds each partition's writer lock, taken before `live` is asked, until the caller has
     committed the deltas. Partial updates (unchanged TOAST) are then completed from the
     versions they update, so reads never fill columns."""
+    warehouse = as_warehouse(warehouse)
     splits = decode_bounds(table.partition_bounds_b64)
     out = []
     key = list(table.key)
@@ -157,15 +165,17 @@ def write_partitioned(
         entries = complete = None
         if live is not None:
             if locks is not None:
-                locks.enter_context(dvs.partition_lock(partition_dir(warehouse, table, part)))
-            older = live(part)
+                locks.enter_context(partition_lock(warehouse, table, part))
+            older = _files(live(part))
 
             def entries(rel: str, sorted_rows: pa.Table, older=older) -> pa.Table:
-                return pa.concat_tables([dvs.within(sorted_rows, key, rel),
-                                         dvs.superseded(sorted_rows, key, warehouse, older)])
+                with warehouse.local(older) as root:
+                    return pa.concat_tables([dvs.within(sorted_rows, key, rel),
+                                             dvs.superseded(sorted_rows, key, root, list(older))])
 
             def complete(sorted_rows: pa.Table, older=older) -> pa.Table:
-                return dvs.complete(sorted_rows, key, table.arrow_schema.names, warehouse, older)
+                with warehouse.local(older) as root:
+                    return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(older))
         out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete if live is not None else None))
     return out
 

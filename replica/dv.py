@@ -4,7 +4,7 @@ When a delta is written, every row version it supersedes is recorded — in olde
 key's newest live version before this delta) and inside the delta itself (a key changed by
 several transactions of one checkpoint) — as an entry (target delta, row ordinal, seq): "row
 `row` of `target` has a newer version at `seq`". The entries live in an immutable sidecar file
-next to the delta (`<delta>.dv`), written and fsynced before the metadata transaction that
+next to the delta (`<delta>.dv`), stored durably before the metadata transaction that
 makes the delta visible, and the delta's own Parquet footer records how many there are
 (`htap.dv`), so a missing or damaged sidecar is detected and never trusted: the read then falls
 back to the per-key merge, which needs no sidecar at all.
@@ -20,6 +20,9 @@ themselves (sorted by key; a join on the new keys with DuckDB), so there is no s
 keep consistent or rebuild after a crash; compaction recomputes the entries of the whole
 partition (`rebuild`) for its output. Checkpoints and compactions of one partition serialize on a
 file lock, so a compaction never misses what a concurrent checkpoint superseded.
+
+Every function here reads local files: `root` is a folder in which `<root>/<relative path>` is
+each file (htap.replica.warehouse.Warehouse.local), and entries name deltas by relative path.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def _repeat(text: str, n: int) -> pa.Array:
     return pa.array([text], pa.string()).take(pa.array(np.zeros(n, dtype=np.int64)))
 
 
-def superseded(data: pa.Table, key: list[str], warehouse: Path, live: list[str]) -> pa.Table:
+def superseded(data: pa.Table, key: list[str], root: Path, live: list[str]) -> pa.Table:
     """Entries for the newest version, in the `live` deltas (relative paths), of every key of
     `data`, superseded at the oldest seq `data` has for the key."""
     if not live or data.num_rows == 0:
@@ -89,7 +92,7 @@ def superseded(data: pa.Table, key: list[str], warehouse: Path, live: list[str])
     con = engine.cursor()
     try:
         con.register("batch", data.select(list(key) + [SEQ]))
-        prefix = str(warehouse) + os.sep
+        prefix = str(root) + os.sep
         rows = con.sql(
             f"WITH b AS (SELECT {keys}, min({_q(SEQ)}) AS s FROM batch GROUP BY {keys}), "
             f"o AS (SELECT {keys}, {_q(SEQ)}, filename, file_row_number FROM {_files_sql([prefix + p for p in live])}) "
@@ -104,7 +107,7 @@ def superseded(data: pa.Table, key: list[str], warehouse: Path, live: list[str])
                     schema=ENTRIES)
 
 
-def complete(data: pa.Table, key: list[str], columns: list[str], warehouse: Path, live: list[str]) -> pa.Table:
+def complete(data: pa.Table, key: list[str], columns: list[str], root: Path, live: list[str]) -> pa.Table:
     """`data` (key-sorted versions) with every partial update completed: a column it did not
     carry takes the value of the key's newest older version that carried it — in `data`, or the
     key's newest version in the `live` deltas (relative paths). Columns no version carried stay
@@ -115,7 +118,7 @@ def complete(data: pa.Table, key: list[str], columns: list[str], warehouse: Path
     try:
         con.register("batch", data)
         con.execute(f"CREATE OR REPLACE TEMP TABLE __pk AS SELECT DISTINCT {keys} FROM batch WHERE {_q(UNSET_MASK)} <> 0")
-        prefix = str(warehouse) + os.sep
+        prefix = str(root) + os.sep
         versions = f"SELECT *, 0 AS __src FROM batch SEMI JOIN __pk USING ({keys})"
         if live:
             older = (f"SELECT * FROM read_parquet([{', '.join(_lit(prefix + p) for p in live)}], union_by_name = true)"
@@ -142,12 +145,12 @@ def complete(data: pa.Table, key: list[str], columns: list[str], warehouse: Path
         con.close()
 
 
-def rebuild(data: pa.Table, rel: str, key: list[str], warehouse: Path, others: list[str]) -> pa.Table:
+def rebuild(data: pa.Table, rel: str, key: list[str], root: Path, others: list[str]) -> pa.Table:
     """Every entry of a partition whose live deltas are `others` (relative paths) plus `data`
     (a key-sorted delta about to be written at `rel`): for each version, the seq of the key's
     next newer version, if any. Used for compaction outputs."""
     keys = ", ".join(_q(k) for k in key)
-    prefix = str(warehouse) + os.sep
+    prefix = str(root) + os.sep
     con = engine.cursor()
     try:
         con.register("fresh", data.select(list(key) + [SEQ]))
@@ -168,20 +171,14 @@ def rebuild(data: pa.Table, rel: str, key: list[str], warehouse: Path, others: l
 
 
 def write_sidecar(path: Path, entries: pa.Table) -> None:
-    """Write the entries durably (temp file, fsync, rename; the caller fsyncs the folder)."""
-    tmp = Path(str(path) + ".tmp")
-    pq.write_table(entries.sort_by([("target", "ascending"), ("row", "ascending")]), tmp, compression="zstd")
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """Write the entries to a staged local file (the caller stores it in the warehouse)."""
+    pq.write_table(entries.sort_by([("target", "ascending"), ("row", "ascending")]), path, compression="zstd")
 
 
 @contextmanager
 def partition_lock(folder: Path) -> Iterator[None]:
-    """Serialize the writers (checkpoints, compactions) of one partition, across processes."""
+    """Serialize the writers (checkpoints, compactions) of one partition, across processes of
+    one machine (`folder` is local: htap.replica.warehouse.Warehouse.lock_dir)."""
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -197,11 +194,11 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _trusted(con, warehouse: Path, paths: list[str]) -> list[str] | None:
+def _trusted(con, root: Path, paths: list[str]) -> list[str] | None:
     """The sidecars of `paths` (those with entries), after checking each delta's footer count
     against its sidecar; None when a delta has no deletion vectors or a sidecar is missing or
     damaged (never trusted: the caller merges)."""
-    files = ", ".join(_lit(str(warehouse / p)) for p in paths)
+    files = ", ".join(_lit(str(root / p)) for p in paths)
     try:
         counts = dict(con.sql(
             f"SELECT file_name, decode(value) FROM parquet_kv_metadata([{files}]) WHERE decode(key) = 'htap.dv'"
@@ -210,7 +207,7 @@ def _trusted(con, warehouse: Path, paths: list[str]) -> list[str] | None:
         return None  # a damaged delta: the merge's read reports it
     sides = []
     for rel in paths:
-        n = counts.get(str(warehouse / rel))
+        n = counts.get(str(root / rel))
         if n is None:
             return None
         if int(n):
@@ -219,34 +216,34 @@ def _trusted(con, warehouse: Path, paths: list[str]) -> list[str] | None:
         return []
     try:
         found = dict(con.sql(
-            f"SELECT filename, count(*) FROM read_parquet([{', '.join(_lit(str(warehouse / sidecar(r))) for r, _ in sides)}],"
+            f"SELECT filename, count(*) FROM read_parquet([{', '.join(_lit(str(root / sidecar(r))) for r, _ in sides)}],"
             f" filename = true) GROUP BY filename"
         ).fetchall())
     except duckdb.Error as e:
         log.warning("deletion vectors unreadable (%s): reading the partition with a merge", str(e).splitlines()[0])
         return None
     for rel, n in sides:
-        if found.get(str(warehouse / sidecar(rel))) != n:
+        if found.get(str(root / sidecar(rel))) != n:
             log.warning("deletion vectors of %s damaged (footer says %d entries): reading with a merge", rel, n)
             return None
     return [sidecar(r) for r, _ in sides]
 
 
-def visible_source(con, warehouse: Path, paths: list[str], seq: int, columns: list[str]) -> str | None:
+def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[str]) -> str | None:
     """A relation (SQL) of the partition's versions that no newer version at or below `seq`
     supersedes — `columns`, `_seq` and `_op`: per delta, a scan of the file positionally joined
     with a boolean `keep` column built from its entries at or below `seq` (no hashing, no per-key
     work; DuckDB never pushes a filter below a positional join, so the rows stay aligned). The
     caller still filters `_seq <= seq`, the truncation floor and `_op`. None when some delta has
     no trustworthy deletion vectors (the caller then merges). Registers the masks on `con`."""
-    sides = _trusted(con, warehouse, paths)
+    sides = _trusted(con, root, paths)
     if sides is None:
         return None
     cols = ", ".join(_q(c) for c in dict.fromkeys([*columns, SEQ, OP]))
     hidden: dict[str, np.ndarray] = {}
     if sides:
         entries = con.sql(
-            f"SELECT target, row FROM read_parquet([{', '.join(_lit(str(warehouse / s)) for s in sides)}])"
+            f"SELECT target, row FROM read_parquet([{', '.join(_lit(str(root / s)) for s in sides)}])"
             f" WHERE seq <= {int(seq)}"
         ).to_arrow_table()
         if entries.num_rows:
@@ -257,12 +254,12 @@ def visible_source(con, warehouse: Path, paths: list[str], seq: int, columns: li
                 hidden[target] = rows[which == j]
     parts = []
     for i, rel in enumerate(paths):
-        f = _lit(str(warehouse / rel))
+        f = _lit(str(root / rel))
         rows = hidden.get(rel)
         if rows is None:
             parts.append(f"SELECT {cols} FROM read_parquet({f})")
             continue
-        keep = np.ones(pq.read_metadata(warehouse / rel).num_rows, dtype=bool)
+        keep = np.ones(pq.read_metadata(root / rel).num_rows, dtype=bool)
         keep[rows] = False
         con.register(f"__keep_{i}", pa.table({"__keep": keep}))
         parts.append(f"SELECT {cols} FROM (SELECT * FROM read_parquet({f}) POSITIONAL JOIN __keep_{i}) WHERE __keep")

@@ -15,13 +15,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from htap.errors import DamagedReplicaError
+from htap.errors import DAMAGE_PREFIX, DamagedReplicaError
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import STATE_STREAMING, STATE_UNHEALTHY, TableInfo
+from htap.replica.warehouse import Warehouse, as_warehouse
 
 log = logging.getLogger(__name__)
 
-DAMAGE_PREFIX = "damaged replica: "
 # What reads before issue 12 recorded for any failing replica query, damage or not (our own SQL
 # errors too): re-checked automatically as well, so such tables recover.
 LEGACY_PREFIX = "cannot read the deltas of table "
@@ -71,13 +71,18 @@ class Recheck:
     detail: str
 
 
-def recheck(warehouse: Path, store: MetadataStore, table: TableInfo) -> Recheck:
+def recheck(warehouse: Warehouse | Path, store: MetadataStore, table: TableInfo) -> Recheck:
     """Check every live delta file of an unhealthy table; if all are intact, make it healthy
     again (its reads return to the replica once the next checkpoint advances it)."""
     name = f"{table.source}.{table.qualified_name}"
     if table.state != STATE_UNHEALTHY:
         return Recheck(name, table.state, table.state, "not unhealthy: nothing to do")
-    problem = first_damage([warehouse / d.path for d in store.deltas(table.id)])
+    deltas = store.deltas(table.id)
+    try:
+        with as_warehouse(warehouse).local({d.path: d.checksum for d in deltas}) as root:
+            problem = first_damage([root / d.path for d in deltas])
+    except DamagedReplicaError as e:  # an object that does not match its checksum
+        problem = str(e).removeprefix(DAMAGE_PREFIX)
     if problem:
         error = damaged(name, problem)
         store.set_state(table.id, STATE_UNHEALTHY, str(error))

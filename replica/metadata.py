@@ -39,7 +39,11 @@ from htap.replica.models import (
     TableInfo,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
+# Stores of these versions are upgraded in place when opened: version -> its statements.
+_UPGRADES = {
+    6: ["ALTER TABLE deltas ADD COLUMN checksum TEXT", "ALTER TABLE deltas ADD COLUMN dv_checksum TEXT"],
+}
 # The lease each process holds per (store, table): (pin id, created at). See MetadataStore.lease.
 _LEASES: dict[tuple[str, int], tuple[int, float]] = {}
 _LEASES_LOCK = threading.Lock()
@@ -70,7 +74,7 @@ _TABLES = [
         " min_seq {int} NOT NULL, max_seq {int} NOT NULL, rows {int} NOT NULL, bytes {int} NOT NULL,"
         " partial_rows {int} NOT NULL DEFAULT 0, deletes {int} NOT NULL DEFAULT 0, unique_keys {int} NOT NULL DEFAULT 0,"
         " schema_version {int} NOT NULL DEFAULT 1,"
-        " created_at {real} NOT NULL, retired_at {real}",
+        " created_at {real} NOT NULL, retired_at {real}, checksum TEXT, dv_checksum TEXT",
     ),
     ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),
     ("safe_points", "source TEXT NOT NULL, seq {int} NOT NULL, at {real} NOT NULL, PRIMARY KEY (source, seq)"),
@@ -109,6 +113,8 @@ class NewDelta:
     deletes: int = 0
     unique_keys: bool = False
     schema_version: int = 1
+    checksum: str | None = None  # SHA-256 of the file (htap.replica.warehouse)
+    dv_checksum: str | None = None  # of its deletion-vector sidecar; None: no sidecar
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,12 @@ class MetadataStore:
             row = self._one("SELECT value FROM meta WHERE key = 'schema_version'")
         except Exception as e:  # noqa: BLE001 - any backend error here means "not a store"
             raise ReplicaError(f"{self.location} is not a spark-htap metadata store: run `htap init`") from e
+        if row is not None and int(row[0]) in _UPGRADES:
+            with self._tx():
+                for statement in _UPGRADES[int(row[0])]:
+                    self._x(statement)
+                self._x("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(int(row[0]) + 1),))
+            return self._check_version()
         if row is None or int(row[0]) != SCHEMA_VERSION:
             found = None if row is None else row[0]
             raise ReplicaError(
@@ -563,13 +575,15 @@ class MetadataStore:
         for d in deltas:
             self._x(
                 "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes,"
-                " unique_keys, schema_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " unique_keys, schema_version, created_at, checksum, dv_checksum)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (d.table_id, d.part, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, d.deletes,
-                 int(d.unique_keys), d.schema_version, now),
+                 int(d.unique_keys), d.schema_version, now, d.checksum, d.dv_checksum),
             )
 
     _DELTA_COLUMNS = (
-        "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes, unique_keys, schema_version"
+        "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes, unique_keys, schema_version,"
+        " checksum, dv_checksum"
     )
 
     def deltas(self, table_id: int, part: int | None = None) -> list[Delta]:

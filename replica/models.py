@@ -93,3 +93,12 @@ class Delta:
     deletes: int = 0  # delete versions
     unique_keys: bool = False  # at most one version per key: reads need no merge within it
     schema_version: int = 1  # the table's schema version when written (its physical columns)
+    checksum: str | None = None  # SHA-256 of the file, verified by caches (htap.replica.warehouse)
+    dv_checksum: str | None = None  # of its deletion-vector sidecar (`<path>.dv`); None: no sidecar
+
+    def files(self) -> dict[str, str | None]:
+        """Its files in the warehouse (relative path -> checksum): the delta and its sidecar."""
+        out = {self.path: self.checksum}
+        if self.dv_checksum is not None:
+            out[f"{self.path}.dv"] = self.dv_checksum
+        return out

@@ -42,6 +42,9 @@ class ReadPlan:
     delta_versions: tuple[int, ...] = ()  # schema version each delta was written in
     added_versions: tuple[tuple[str, int], ...] = ()  # columns added after the first schema version
     lease: int | None = None  # the lease (pin id) keeping delta_paths on disk; tasks renew it
+    # Every file the read needs (deltas and their deletion-vector sidecars) -> its checksum, which
+    # a cache in front of an object store verifies (htap.replica.warehouse).
+    files: tuple[tuple[str, str | None], ...] = ()
     # With strategy "base": delta_paths[0] holds one version per key, every other delta is newer
     # than all of it and carries full rows, so a key's newest version in the others wins outright.
 
@@ -98,6 +101,7 @@ def plan_reads(
                 delta_versions=tuple(d.schema_version for d in mine),
                 added_versions=tuple((c.name, c.added_version) for c in table.columns if c.added_version > 1),
                 lease=lease,
+                files=tuple(item for d in mine for item in d.files().items()),
             )
         )
     return plans

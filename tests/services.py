@@ -1,5 +1,5 @@
-"""Private servers for the tests: Postgres (initdb), MariaDB (mariadb-install-db) and a
-Kafka-compatible broker (Tansu).
+"""Private servers for the tests: Postgres (initdb), MariaDB (mariadb-install-db), a
+Kafka-compatible broker (Tansu) and an S3-compatible object store (moto's standalone server).
 
 The tests never depend on how the machine's own servers are configured: each pytest process
 starts its own instances, with the settings CDC needs (Postgres `wal_level=logical`, MariaDB
@@ -7,7 +7,9 @@ binlog ROW/FULL), on free ports in a temporary folder, and removes them at the e
 starts on first use, so a run that needs no database (the unit tier) starts none.
 
 `HTAP_TEST_PG_DSN` / `HTAP_TEST_MY_HOST` (+ `_PORT`, `_USER`, `_PASSWORD`) point the tests at
-servers of your own instead (they must already have those settings).
+servers of your own instead (they must already have those settings); `HTAP_TEST_S3_ENDPOINT`
+(+ `HTAP_TEST_S3_ACCESS_KEY_ID`, `HTAP_TEST_S3_SECRET_ACCESS_KEY`) at an S3-compatible store
+(MinIO, a real bucket's endpoint) in which the tests may create buckets.
 """
 
 from __future__ import annotations
@@ -227,6 +229,35 @@ class KafkaBroker:
                 self.process.wait()
 
 
+@dataclass
+class S3Server:
+    """An S3-compatible store: moto's standalone server (`moto[server]`) in a thread of this
+    process, listening on a free port; the tests reach it over HTTP like any S3 endpoint."""
+
+    endpoint: str
+    access_key_id: str = "test"
+    secret_access_key: str = "test"
+    server: object | None = None
+
+    @classmethod
+    def start(cls, root: Path) -> "S3Server":
+        if os.environ.get("HTAP_TEST_S3_ENDPOINT"):
+            return cls(os.environ["HTAP_TEST_S3_ENDPOINT"], os.environ.get("HTAP_TEST_S3_ACCESS_KEY_ID", "test"),
+                       os.environ.get("HTAP_TEST_S3_SECRET_ACCESS_KEY", "test"))
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError as e:
+            raise RuntimeError("the S3 test server needs moto: pip install 'spark-htap[test]'") from e
+        port = free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        return cls(f"http://127.0.0.1:{port}", server=server)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
 class Services:
     """The servers of one pytest process, started on first use and stopped at its end."""
 
@@ -235,6 +266,7 @@ class Services:
         self._pg: PostgresServer | None = None
         self._my: MariaDBServer | None = None
         self._kafka: KafkaBroker | None = None
+        self._s3: S3Server | None = None
 
     def _root(self) -> Path:
         if self.root is None:
@@ -259,8 +291,14 @@ class Services:
             self._kafka = KafkaBroker.start(self._root())
         return self._kafka
 
+    @property
+    def s3(self) -> S3Server:
+        if self._s3 is None:
+            self._s3 = S3Server.start(self._root())
+        return self._s3
+
     def stop(self) -> None:
-        for server in (self._kafka, self._my, self._pg):
+        for server in (self._s3, self._kafka, self._my, self._pg):
             if server is not None:
                 server.stop()
         if self.root is not None:

@@ -112,12 +112,12 @@ class Workspace(BaseWorkspace):
 
     prefix = "s"
 
-    def __init__(self, root: Path, pg, dsn: str):
+    def __init__(self, root: Path, pg, dsn: str, warehouse: str = "warehouse"):
         super().__init__(root)
         self.pg = pg
         with pg.cursor() as cur:
             cur.execute(f"CREATE SCHEMA {self.schema}")
-        self.htap("init", "--dsn", dsn, "--source", self.source)
+        self.htap("init", "--dsn", dsn, "--source", self.source, "--warehouse", warehouse)
 
     def sql(self, statement: str, params=None):
         with self.pg.cursor() as cur:

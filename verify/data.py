@@ -44,6 +44,7 @@ from htap.replica.metadata import MetadataStore
 from htap.replica.models import STATE_UNHEALTHY, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
 from htap.replica.snapshot import ReadPlan, plan_reads, queryable_window
+from htap.replica.warehouse import open_warehouse
 from htap.rewrite.subplan import Literal, Predicate, PushedSubplan
 from htap.verify.canonical import Canonical, prepare_batch, prepared_schema, qi, qi_my
 from htap.verify.snapshot import ExportedSnapshot, VerifyError, wait_for_seq
@@ -312,7 +313,7 @@ class DataVerifier:
         for plan in check.plans:
             if plan.part in parts:
                 batches += read_plan(
-                    self.cfg.warehouse, check.table.qualified_name, schema, list(check.table.key), plan, subplan, out
+                    open_warehouse(self.cfg), check.table.qualified_name, schema, list(check.table.key), plan, subplan, out
                 )
         return pa.Table.from_batches(batches, schema=out)
 

@@ -14,6 +14,7 @@ from unit_support import PROPERTY
 from htap.conf import (
     CONFIG_ENV,
     KIND_KEYS,
+    OBJECT_STORE_KEYS,
     REPLICA_KEYS,
     SOURCE_KEYS,
     HtapConfig,
@@ -50,13 +51,37 @@ def test_an_empty_file_is_all_defaults():
     assert cfg.metadata == Path("/etc/htap/warehouse/metadata.db")
     assert cfg.sources == {}
     for key, (default, _doc) in REPLICA_KEYS.items():
-        if key not in ("warehouse", "metadata"):
+        if key not in ("warehouse", "metadata", *OBJECT_STORE_KEYS):
             assert getattr(cfg, key) == default, key
             assert type(getattr(cfg, key)) is type(default), key
     assert (cfg.flush_interval_s, cfg.flush_max_changes, cfg.partition_rows, cfg.window_s, cfg.pin_ttl_s) == (
         0.5, 200_000, 1_000_000, 36_000.0, 60.0
     )
     assert (cfg.compaction_interval_s, cfg.compaction_min_bytes, cfg.compaction_ratio, cfg.max_deltas) == (5.0, 4 << 20, 4.0, 12)
+
+
+def test_an_s3_warehouse_takes_its_typed_settings():
+    cfg = parse({"replica": {"warehouse": "s3://bucket/some/prefix/", "s3_endpoint": "http://127.0.0.1:9000",
+                             "s3_retries": 3, "s3_timeout_s": 2, "cache_bytes": 1 << 20, "cache_dir": "c"}})
+    assert cfg.warehouse == "s3://bucket/some/prefix"
+    assert cfg.metadata == Path("/etc/htap/metadata.db")  # never inside the bucket
+    store = cfg.object_store
+    assert (store.endpoint, store.retries, store.timeout_s, store.cache_bytes, store.cache_dir) == (
+        "http://127.0.0.1:9000", 3, 2.0, 1 << 20, Path("/etc/htap/c"))
+    assert parse({"replica": {"warehouse": "s3://b"}}).object_store.cache_dir == Path("/etc/htap/cache")
+
+
+@pytest.mark.parametrize("replica, words", [
+    ({"warehouse": "gs://bucket"}, "use s3://bucket"),
+    ({"warehouse": "s3://"}, "use s3://bucket"),
+    ({"s3_retries": 0}, "replica.s3_retries must be at least 1"),
+    ({"s3_endpoint": 9000}, "replica.s3_endpoint must be a string"),
+    ({"s3_endpont": "x"}, "s3_endpoint"),
+])
+def test_bad_object_store_settings_name_the_key(replica, words):
+    with pytest.raises(ConfigError) as info:
+        parse({"replica": replica})
+    assert words in str(info.value)
 
 
 def test_paths_are_relative_to_the_config_file():

@@ -3,6 +3,9 @@ fake metadata store: only the three methods these functions call)."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import pyarrow as pa
 import pytest
 from unit_support import cmp, in_, make_delta, make_table
@@ -55,7 +58,7 @@ def test_one_partition_selects_deltas_by_seq_and_floor_in_seq_order():
     d = make_delta(5, 25, id=4, path="d")  # overlaps (a compaction of a newer run)
     assert plan_reads(t, [c, b, a, d], 30, None) == [
         ReadPlan(part=0, seq=30, delta_paths=("a", "d", "b", "c"), floor=None, partial=False, strategy="merge",
-                 delta_versions=(1, 1, 1, 1))
+                 delta_versions=(1, 1, 1, 1), files=(("a", None), ("d", None), ("b", None), ("c", None)))
     ]
     [plan] = plan_reads(t, [c, b, a, d], 15, None)
     assert plan.delta_paths == ("a", "d", "b")  # c starts after seq 15
@@ -64,6 +67,15 @@ def test_one_partition_selects_deltas_by_seq_and_floor_in_seq_order():
     assert plan.floor == 11 and plan.seq == 15
     [plan] = plan_reads(t, [c, b, a, d], 10, 10)
     assert plan.delta_paths == ("a", "d")  # both bounds are inclusive
+
+
+def test_a_plan_names_every_file_with_its_checksum():
+    t = make_table()
+    a = dataclasses.replace(make_delta(1, 10, id=1, path="a"), checksum="ca", dv_checksum="cs")
+    b = dataclasses.replace(make_delta(11, 20, id=2, path="b"), checksum="cb")  # no sidecar
+    [plan] = plan_reads(t, [a, b], 20, None)
+    assert dict(plan.files) == {"a": "ca", "a.dv": "cs", "b": "cb"}
+    assert pickle.loads(pickle.dumps(plan)) == plan  # sent to executors
 
 
 def test_equal_min_seqs_are_ordered_by_id():

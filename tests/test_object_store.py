@@ -1,0 +1,360 @@
+"""Issue 15: the warehouse in an S3-compatible object store (moto's server, tests/services.py),
+its local cache, and object-store faults.
+
+The Warehouse behaviour suite runs on both implementations (a local folder, an S3 bucket); the
+rest runs the service and Spark against a bucket, with Spark on a config of its own whose cache
+is not the service's, so its reads go through the object store."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import normalized, wait_until
+from services import SERVICES, pg_dsn
+from workspace import Workspace
+
+from htap.conf import ObjectStoreConfig, load_config
+from htap.errors import DamagedReplicaError, WarehouseAccessError, WarehouseUnavailableError
+from htap.replica.warehouse import LocalWarehouse, ObjectStoreWarehouse, Retry, checksum_of
+
+
+def s3_options(cache: Path, **changes) -> ObjectStoreConfig:
+    s3 = SERVICES.s3
+    settings = dict(endpoint=s3.endpoint, access_key_id=s3.access_key_id, secret_access_key=s3.secret_access_key,
+                    cache_dir=cache, timeout_s=5.0, retries=3)
+    return ObjectStoreConfig(**{**settings, **changes})
+
+
+def new_bucket() -> str:
+    return f"htap-{uuid.uuid4().hex[:12]}"
+
+
+def s3_warehouse(tmp_path: Path, **changes) -> ObjectStoreWarehouse:
+    w = ObjectStoreWarehouse(f"s3://{new_bucket()}/replica", s3_options(tmp_path / "cache", **changes))
+    w.create()
+    return w
+
+
+def put(w, rel: str, data: bytes) -> str:
+    staged = w.staging_path(rel)
+    staged.write_bytes(data)
+    return w.put(rel, staged)
+
+
+# --- one behaviour suite, every implementation ------------------------------------------------
+
+
+@pytest.fixture(params=["local", "s3"])
+def warehouse(request, tmp_path):
+    if request.param == "local":
+        return LocalWarehouse(tmp_path / "wh")
+    return s3_warehouse(tmp_path)
+
+
+def test_every_warehouse_stores_lists_fetches_and_deletes(warehouse, tmp_path):
+    w = warehouse
+    w.create()
+    digest = put(w, "src/t-1/p0000/a.parquet", b"delta a")
+    put(w, "src/t-1/p0000/a.parquet.dv", b"sidecar")
+    put(w, "src/t-2/p0000/b.parquet", b"delta b")
+    assert digest == checksum_of_bytes(b"delta a")
+    assert w.list() == ["src/t-1/p0000/a.parquet", "src/t-1/p0000/a.parquet.dv", "src/t-2/p0000/b.parquet"]
+    assert w.list("src/t-2") == ["src/t-2/p0000/b.parquet"]
+    assert w.exists("src/t-1/p0000/a.parquet") and not w.exists("src/t-1/p0000/none.parquet")
+    with w.local({"src/t-1/p0000/a.parquet": digest, "src/t-1/p0000/gone.parquet": None}) as root:
+        assert (root / "src/t-1/p0000/a.parquet").read_bytes() == b"delta a"
+        assert not (root / "src/t-1/p0000/gone.parquet").exists()  # missing stays missing
+    w.put_bytes("manifests/m.json", b"{}")
+    w.put_bytes("manifests/m.json", b"{\"v\": 2}")  # replaced
+    assert w.get_bytes("manifests/m.json") == b"{\"v\": 2}" and w.get_bytes("manifests/none") is None
+    w.delete("src/t-1/p0000/a.parquet")
+    w.delete("src/t-1/p0000/a.parquet")  # already gone: fine
+    w.delete_tree("src/t-2")
+    assert w.list("src") == ["src/t-1/p0000/a.parquet.dv"]
+
+
+def checksum_of_bytes(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- the cache ----------------------------------------------------------------------------------
+
+
+def test_the_cache_keeps_what_was_written_and_evicts_the_least_recently_used(tmp_path):
+    w = s3_warehouse(tmp_path, cache_bytes=2500)
+    digests = {f"t/p0000/{i}.parquet": put(w, f"t/p0000/{i}.parquet", bytes([i]) * 1000) for i in range(3)}
+    # The writer's cache holds what it uploaded, within its limit: the oldest went first.
+    assert not w.cache.path("t/p0000/0.parquet").exists()
+    assert w.cache.path("t/p0000/1.parquet").exists() and w.cache.path("t/p0000/2.parquet").exists()
+    with w.local({"t/p0000/1.parquet": digests["t/p0000/1.parquet"]}):
+        pass  # 1 is now more recent than 2
+    misses = w.cache.misses
+    with w.local({"t/p0000/0.parquet": digests["t/p0000/0.parquet"]}) as root:
+        assert (root / "t/p0000/0.parquet").read_bytes() == bytes([0]) * 1000  # fetched again
+    assert w.cache.misses == misses + 1
+    assert w.cache.size() <= 2500
+    assert not w.cache.path("t/p0000/2.parquet").exists()  # the least recently used
+    assert w.cache.path("t/p0000/1.parquet").exists()
+    # A read's files outlive an eviction that happens while it reads (hard links).
+    with w.local({"t/p0000/1.parquet": digests["t/p0000/1.parquet"]}) as root:
+        w.cache.path("t/p0000/1.parquet").unlink()
+        assert (root / "t/p0000/1.parquet").read_bytes() == bytes([1]) * 1000
+
+
+def test_a_corrupt_cached_copy_is_fetched_again_never_trusted(tmp_path):
+    w = s3_warehouse(tmp_path)
+    table = pa.table({"k": list(range(1000))})
+    staged = w.staging_path("t/p0000/d.parquet")
+    pq.write_table(table, staged)
+    digest = w.put("t/p0000/d.parquet", staged)
+    cached = w.cache.path("t/p0000/d.parquet")
+    raw = bytearray(cached.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    cached.write_bytes(bytes(raw))
+    with w.local({"t/p0000/d.parquet": digest}) as root:
+        assert pq.read_table(root / "t/p0000/d.parquet").equals(table)
+    assert w.cache.refetched == 1
+    assert checksum_of(cached) == digest
+    # A second process (no memory of what it verified) checks the copy too.
+    other = ObjectStoreWarehouse(w.location, w.opts)
+    cached.write_bytes(b"not parquet at all")
+    with other.local({"t/p0000/d.parquet": digest}) as root:
+        assert pq.read_table(root / "t/p0000/d.parquet").equals(table)
+    assert other.cache.refetched == 1
+
+
+def test_an_object_that_does_not_match_its_checksum_is_damage(tmp_path):
+    w = s3_warehouse(tmp_path)
+    digest = put(w, "t/p0000/d.parquet", b"the bytes the metadata knows")
+    w.put_bytes("t/p0000/d.parquet", b"other bytes in the bucket")  # replaced behind our back
+    w.cache.path("t/p0000/d.parquet").unlink()
+    with pytest.raises(DamagedReplicaError, match="does not match the checksum"):
+        with w.local({"t/p0000/d.parquet": digest}):
+            pass
+
+
+# --- faults -------------------------------------------------------------------------------------
+
+
+def test_an_unreachable_store_is_retried_with_backoff_then_reported(tmp_path):
+    waits: list[float] = []
+    opts = s3_options(tmp_path / "cache", endpoint=f"http://127.0.0.1:{closed_port()}", timeout_s=1.0)
+    w = ObjectStoreWarehouse("s3://bucket/replica", opts, retry=Retry(attempts=4, first_s=0.5, sleep=waits.append))
+    staged = w.staging_path("a")
+    staged.write_bytes(b"x")
+    with pytest.raises(WarehouseUnavailableError, match="failed 4 times.*replica.s3_endpoint"):
+        w.put("a", staged)
+    assert waits == [0.5, 1.0, 2.0]
+
+
+def test_a_refused_request_names_the_setting_to_fix(tmp_path):
+    opts = s3_options(tmp_path / "cache")
+    w = ObjectStoreWarehouse(f"s3://{new_bucket()}/replica", opts)  # never created
+    staged = w.staging_path("a")
+    staged.write_bytes(b"x")
+    with pytest.raises(WarehouseAccessError, match="bucket does not exist"):
+        w.put("a", staged)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once it is closed
+
+
+class Switch:
+    """A TCP relay in front of the S3 server that can be cut: while down it refuses new
+    connections and drops open ones, as an unreachable store does."""
+
+    def __init__(self, upstream: str):
+        host, port = upstream.split("://", 1)[1].split(":")
+        self.upstream = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.up = True
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            server = socket.create_connection(self.upstream)
+            self.open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def down(self) -> None:
+        self.up = False
+        for s in self.open:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.open = []
+
+    def close(self) -> None:
+        self.down()
+        self.listener.close()
+
+
+# --- the service and Spark on an S3 warehouse ---------------------------------------------------
+
+
+def s3_settings(endpoint: str, cache: str) -> dict[str, object]:
+    s3 = SERVICES.s3
+    return {"s3_endpoint": endpoint, "s3_access_key_id": s3.access_key_id,
+            "s3_secret_access_key": s3.secret_access_key, "s3_retries": 2, "s3_timeout_s": 3.0, "cache_dir": cache}
+
+
+def set_replica_keys(config: Path, settings: dict[str, object], out: Path | None = None) -> Path:
+    """Set keys of the config's [replica] section (written by `htap init`)."""
+    lines = config.read_text().splitlines()
+    for key, value in settings.items():
+        text = f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}"
+        lines = [ln for ln in lines if not ln.lstrip("# ").startswith(f"{key} =")]
+        lines.insert(lines.index("[replica]") + 1, text)
+    target = out or config
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+@pytest.fixture
+def s3_workspace(tmp_path, pg, monkeypatch):
+    """A Postgres workspace whose warehouse is a fresh bucket. `htap init` reaches the store
+    through the standard AWS environment variables; the config then names it itself."""
+    s3 = SERVICES.s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_access_key)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    ws = Workspace(tmp_path, pg, pg_dsn(), warehouse=f"s3://{new_bucket()}/replica")
+    set_replica_keys(ws.config, s3_settings(s3.endpoint, "service-cache"))
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    yield ws
+    ws.close()
+
+
+@pytest.fixture
+def s3_catalog(spark, s3_workspace):
+    """A Spark catalog over the workspace, through a config of its own: same bucket and
+    metadata store, another cache (Spark's reads fetch from the object store)."""
+    ws = s3_workspace
+    config = set_replica_keys(ws.config, {"cache_dir": "spark-cache", "metadata": str(load_config(ws.config).metadata)},
+                              out=ws.root / "spark.toml")
+    name = f"c_{ws.source}"
+    spark.conf.set(f"spark.sql.catalog.{name}", "io.sparkhtap.HtapCatalog")
+    spark.conf.set(f"spark.sql.catalog.{name}.config", str(config))
+    return name
+
+
+def test_ingest_to_s3_and_spark_reads_equal_postgres(s3_workspace, spark, s3_catalog):
+    ws = s3_workspace
+    t = f"{ws.schema}.orders"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, region text, amount numeric(10,2))")
+    ws.sql(f"INSERT INTO {t} SELECT g, 'r' || (g % 3), g * 1.5 FROM generate_series(1, 2000) g")
+    ws.htap("tables", "add", t)
+    ws.start_service()
+    ws.wait_readable("orders")
+    ws.sql(f"UPDATE {t} SET amount = amount + 1 WHERE id % 7 = 0")
+    ws.sql(f"DELETE FROM {t} WHERE id % 11 = 0")
+    ws.sql(f"INSERT INTO {t} VALUES (5000, 'new', 1.25)")
+    ws.wait_caught_up("orders")
+
+    cfg = load_config(ws.config)
+    assert str(cfg.warehouse).startswith("s3://") and not (ws.root / "warehouse").exists()
+    objects = ObjectStoreWarehouse(str(cfg.warehouse), cfg.object_store).list()
+    with ws.store() as store:
+        deltas = store.deltas(ws.table("orders").id)
+    assert deltas and {d.path for d in deltas} <= set(objects)
+    assert all(d.checksum for d in deltas)
+
+    for query in (f"SELECT * FROM {{t}}", f"SELECT region, count(*), sum(amount) FROM {{t}} GROUP BY region"):
+        got = normalized(spark.sql(query.format(t=f"{s3_catalog}.{t}")).collect())
+        assert got == normalized(ws.sql(query.format(t=t)))
+    spark_cache = list((ws.root / "spark-cache").rglob("*.parquet"))
+    assert spark_cache, "Spark's reads fetched the deltas into their own cache"
+
+    r = ws.htap("verify", "data", "--out", str(ws.root / "verify"), check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def slot_confirmed(ws) -> int:
+    from htap.seq import lsn_to_int
+
+    [(lsn,)] = ws.sql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = %s", (f"htap_{ws.source}",))
+    return lsn_to_int(lsn)
+
+
+def test_an_unreachable_store_confirms_nothing_and_loses_nothing(s3_workspace):
+    ws = s3_workspace
+    switch = Switch(SERVICES.s3.endpoint)
+    try:
+        set_replica_keys(ws.config, {"s3_endpoint": switch.endpoint})
+        t = f"{ws.schema}.items"
+        ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+        ws.sql(f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 100) g")
+        ws.htap("tables", "add", t)
+        ws.start_service()
+        ws.wait_readable("items")
+        ws.wait_caught_up("items")
+        durable = ws.table("items").max_safe_seq
+
+        switch.down()
+        ws.sql(f"INSERT INTO {t} SELECT g, 'late' || g FROM generate_series(101, 300) g")
+        ws.sql(f"UPDATE {t} SET v = 'changed' WHERE id <= 50")
+        after = ws.source_seq()
+        wait_until(lambda: "not stored, nothing confirmed" in ws.log(), None, "a checkpoint to fail on the store")
+        assert ws.table("items").max_safe_seq == durable  # nothing became visible
+        assert slot_confirmed(ws) <= durable + 1  # nor was it confirmed to the source
+        assert "object store unreachable" in ws.log()
+
+        switch.up = True
+        ws.wait_seq("items", after)
+        assert slot_confirmed(ws) > durable + 1
+        r = ws.htap("verify", "data", "--out", str(ws.root / "verify"), check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        ws.stop_service()
+        switch.close()
+
+
+def test_env_credentials_alone_reach_the_store(tmp_path, monkeypatch):
+    s3 = SERVICES.s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_access_key)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    w = ObjectStoreWarehouse(f"s3://{new_bucket()}/x", ObjectStoreConfig(cache_dir=tmp_path))
+    w.create()
+    w.put_bytes("a", b"1")
+    assert w.get_bytes("a") == b"1"
