@@ -13,6 +13,7 @@ and the source drivers load in the worker that plans or reads.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
@@ -158,6 +159,42 @@ class ReplicaPartition(InputPartition):
 
 
 @dataclass(frozen=True)
+class JoinedTablePart:
+    """One table of a joined scan in one task: the partition reads it does at the seq."""
+
+    table_id: int
+    label: str
+    schema_b64: str
+    key: tuple[str, ...]
+    plans: tuple["ReadPlan", ...]
+
+
+@dataclass(frozen=True)
+class JoinedPartition(InputPartition):
+    """A task of a joined scan on the replica: every table's reads, one DuckDB query."""
+
+    config: str
+    warehouse: str
+    tables: tuple[JoinedTablePart, ...]
+    pushed: str | None
+    metadata: str = ""  # where the executor reads the metadata store (read-only)
+    window_s: float = 36_000.0
+
+
+@dataclass(frozen=True)
+class JoinedSourcePartition(InputPartition):
+    """A joined scan answered by the source: the whole pushed subplan as one source query."""
+
+    config: str
+    source: str
+    table_ids: tuple[int, ...]
+    pushed: str | None
+    snapshot: str | None
+    source_config: object = None  # htap.conf.SourceConfig of `source`
+    tables: tuple = ()  # htap.replica.models.TableInfo of each table
+
+
+@dataclass(frozen=True)
 class SourcePartition(InputPartition):
     """A scan answered by the source itself (failover / fallback); the executor needs no config
     file and no metadata store."""
@@ -183,12 +220,14 @@ class HtapDataSource(DataSource):
         opts = ScanOptions.parse(self.options)
         if is_system_table(opts.schema, opts.table):
             return spark_ddl(SCHEMAS[opts.table])
+        from htap.replica.partitions import decode_bounds, partition_count
+
         _, store, table = _open(opts)
         try:
             _deltas, rows, size = store.delta_stats(table.id)
         finally:
             store.close()
-        return spark_ddl(table.arrow_schema, (rows, size))
+        return spark_ddl(table.arrow_schema, (rows, size, partition_count(decode_bounds(table.partition_bounds_b64))))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from htap.pushdown.system_tables import is_system_table
@@ -259,6 +298,9 @@ class HtapReader(DataSourceReader):
         self.schema = schema
         try:
             subplan = PushedSubplan.from_json(opts.pushed)
+            if subplan.join is not None:
+                self._plan_join(opts, cfg, store, subplan)
+                return
             if opts.user:  # a round trip to the source: before the scan's metadata transaction
                 denied = check_access(source, opts.user, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
                 if denied:
@@ -299,6 +341,62 @@ class HtapReader(DataSourceReader):
         finally:
             store.close()
 
+    def _plan_join(self, opts: ScanOptions, cfg, store, subplan) -> None:
+        """A scan with joins pushed into it: all its tables routed, pinned and recorded in one
+        metadata transaction; one task, or one per partition of the split table (its others
+        read whole in every task); on the source, one query at the query's snapshot."""
+        from htap.pushdown.planning import ScanRequest, plan_scans
+        from htap.pushdown.routing import ROUTE_REPLICA
+        from htap.pushdown.source_reader import check_access
+        from htap.pushdown.source_snapshot import export_held_snapshot
+        from htap.replica.leases import query_holder
+
+        source = cfg.source(opts.source)
+        join = subplan.join
+        tables = []
+        for name in join.table_names():
+            schema_name, table_name = name.split(".", 1)
+            try:
+                tables.append(store.get_table(source.name, schema_name, table_name))
+            except NoSuchTableError as e:
+                raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
+        if opts.user:  # round trips to the source: before the scan's metadata transaction
+            for table, joined in zip(tables, join.tables):
+                columns = sorted(joined.subplan.referenced_columns() or [c.name for c in table.columns])
+                denied = check_access(source, opts.user, table, columns)
+                if denied:
+                    raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
+        requests = [
+            ScanRequest(
+                source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
+                as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot, snapshot_token=opts.snapshot_token,
+                snapshot_tables=opts.snapshot_tables,
+            )
+            for t in tables
+        ]
+        plans = plan_scans(store, requests, [j.subplan for j in join.tables], window_s=cfg.window_s,
+                           pin_ttl_s=cfg.pin_ttl_s, export=lambda: export_held_snapshot(str(cfg.path), source.name),
+                           holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
+        if plans[0].route.target != ROUTE_REPLICA:
+            self._partitions = [JoinedSourcePartition(str(cfg.path), source.name, tuple(p.table.id for p in plans),
+                                                      opts.pushed, plans[0].source_snapshot, source,
+                                                      tuple(p.table for p in plans))]
+            return
+
+        def part(plan, reads) -> JoinedTablePart:
+            t = plan.table
+            return JoinedTablePart(t.id, f"{t.source}.{t.qualified_name}", t.arrow_schema_b64, t.key, tuple(reads))
+
+        if join.split is None:
+            tasks = [tuple(part(p, p.reads) for p in plans)]
+        else:
+            tasks = [
+                tuple(part(p, (read,) if i == join.split else p.reads) for i, p in enumerate(plans))
+                for read in plans[join.split].reads
+            ]
+        self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed,
+                                            opts.executor_metadata or str(cfg.metadata), cfg.window_s) for task in tasks]
+
     def partitions(self) -> list[InputPartition]:
         return list(self._partitions)
 
@@ -306,7 +404,68 @@ class HtapReader(DataSourceReader):
         if isinstance(partition, SourcePartition):
             yield from self._read_source(partition)
             return
-        yield from self._read(partition)
+        if isinstance(partition, JoinedSourcePartition):
+            yield from self._read_joined_source(partition)
+            return
+        if isinstance(partition, JoinedPartition):
+            yield from self._read_joined(partition)
+        else:
+            yield from self._read(partition)
+
+    def _read_joined(self, partition: "JoinedPartition") -> Iterator:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from htap.conf import load_config
+        from htap.pushdown.replica_reader import JoinedTableRead, read_joined
+        from htap.replica.leases import current_plan
+        from htap.replica.metadata import MetadataStore
+        from htap.replica.models import TableInfo
+        from htap.replica.warehouse import open_warehouse
+        from htap.rewrite.subplan import PushedSubplan
+
+        cfg = load_config(partition.config)  # the warehouse's location and credentials
+        plans = [t.plans for t in partition.tables]
+        if any(p.lease is not None for ps in plans for p in ps):  # the driver holds the leases: only check them
+            with MetadataStore(partition.metadata or cfg.metadata, read_only=True) as store:
+                plans = [tuple(current_plan(store, t.table_id, p, partition.window_s) for p in t.plans)
+                         for t in partition.tables]
+        reads = [
+            JoinedTableRead(t.label, TableInfo.decode_schema(t.schema_b64), list(t.key), ps)
+            for t, ps in zip(partition.tables, plans)
+        ]
+        try:
+            yield from read_joined(open_warehouse(cfg), reads, PushedSubplan.from_json(partition.pushed),
+                                   to_arrow_schema(self.schema, timezone="UTC"))
+        except DamagedReplicaError as e:
+            # The driver marks the damaged table (DAMAGE_MARKER); executors never write metadata.
+            for t, ps in zip(partition.tables, plans):
+                if f"(table {t.label})" in str(e):
+                    joined = dataclasses.replace(ps[0], delta_paths=tuple(d for p in ps for d in p.delta_paths)) if ps else None
+                    if joined is not None:
+                        raise DamagedReplicaError(damage_report(t.table_id, joined, e)) from e
+            raise
+
+    def _read_joined_source(self, partition: "JoinedSourcePartition") -> Iterator:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from htap.conf import load_config
+        from htap.pushdown import partials
+        from htap.pushdown.source_reader import read_joined_source
+        from htap.replica.metadata import MetadataStore
+        from htap.rewrite.subplan import PushedSubplan
+
+        if partition.source_config is not None:
+            source, tables = partition.source_config, list(partition.tables)
+        else:  # planned by an older driver
+            cfg = load_config(partition.config)
+            source = cfg.source(partition.source)
+            with MetadataStore(cfg.metadata, read_only=True) as store:
+                tables = [store.table_by_id(i) for i in partition.table_ids]
+        subplan = PushedSubplan.from_json(partition.pushed)
+        output = to_arrow_schema(self.schema, timezone="UTC")
+        sums = partials.decimal_sums(subplan, output)
+        for batch in read_joined_source(source, tables, subplan, partials.wide(output, sums), partition.snapshot):
+            yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read_source(self, partition: "SourcePartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema

@@ -16,18 +16,23 @@ that read can make it fail ("re-run the query").
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from htap.errors import ReplicaError
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import ReadPlan, plan_unleased
 
 log = logging.getLogger(__name__)
 
 QUERY_HOLDER_PREFIX = "spark-scan "
+
+
+class RepartitionedError(ReplicaError):
+    """A read's partition is no longer in the layout its seq now reads (a split or merge
+    committed in between, and the read's lease lapsed): the query must be planned again."""
 
 
 def query_holder(owner: str) -> str:
@@ -48,7 +53,10 @@ def current_plan(store: MetadataStore, table_id: int, plan: ReadPlan, window_s: 
     again = [p for p in plan_unleased(store, table, plan.seq, window_s) if p.part == plan.part]
     if again:
         return again[0]
-    return dataclasses.replace(plan, delta_paths=(), delta_versions=(), partial=False, strategy="merge", lease=None)
+    raise RepartitionedError(
+        f"{table.qualified_name}: partition {plan.part} was split or merged after this query was planned and the"
+        f" read's lease ended before its task started; re-run the query"
+    )
 
 
 @contextmanager
