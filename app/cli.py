@@ -154,6 +154,7 @@ def cmd_tables_remove(args) -> int:
 
 def cmd_sources_drop(args) -> int:
     from htap.replica.deltas import table_dir  # loads DuckDB
+    from htap.replica.manifest import manifest_path
 
     cfg = _config(args)
     source = cfg.source(args.source)
@@ -166,6 +167,7 @@ def cmd_sources_drop(args) -> int:
             open_warehouse(cfg).delete_tree(table_dir(table))
         store.forget_source(source.name)
     open_warehouse(cfg).delete_tree(source.name)
+    open_warehouse(cfg).delete(manifest_path(source.name))  # `htap recover` must not bring it back
     cfg.path.write_text(remove_source(cfg.path.read_text(), source.name, cfg.path))
     print(f"removed {len(tables)} table(s) of source {source.name} and its section [sources.{source.name}] of {cfg.path}")
     return 0
