@@ -28,3 +28,7 @@ COMPACTION_SECONDS = Histogram(
     "htap_compaction_seconds", "Compaction merges of one partition's deltas", ["source", "table", "kind"],
     buckets=_LONG,
 )
+REPARTITION_SECONDS = Histogram(
+    "htap_repartition_seconds", "Online splits and merges of partitions (htap.replica.repartition)",
+    ["source", "table", "kind"], buckets=_LONG,
+)

@@ -66,7 +66,7 @@ class Checkpointer:
                 return {d.path: d.checksum for d in self.store.deltas(table.id, part)} | {
                     d.path: d.checksum for d in deltas if d.table_id == table.id and d.part == part}
             try:
-                deltas += write_partitioned(self.warehouse, table, data, live, locks)
+                deltas += write_partitioned(self.warehouse, table, data, live, locks, self.store)
             except WarehouseError as e:
                 # Before the metadata transaction: nothing of this checkpoint is visible or
                 # confirmed. The caller restarts the stream from the durable position.

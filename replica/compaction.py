@@ -34,7 +34,7 @@ from htap.replica.manifest import write_manifest
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, TableInfo
-from htap.replica.partitions import decode_bounds, partition_count
+from htap.replica.repartition import Counted, collect_orphans, repartition_table
 from htap.replica.snapshot import queryable_window
 from htap.replica.warehouse import Warehouse, as_warehouse, open_warehouse
 
@@ -174,7 +174,7 @@ def compact_table(cfg: HtapConfig, store: MetadataStore, table: TableInfo, polic
     """One compaction pass over a table's partitions; returns the number of merges."""
     merges = 0
     horizon = gc_seq(store, table, cfg.window_s)
-    for part in range(partition_count(decode_bounds(table.partition_bounds_b64))):
+    for part in table.layout.ids:
         live = store.deltas(table.id, part)
         chosen = pick(live, policy)
         if chosen is None:
@@ -189,8 +189,14 @@ def compact_table(cfg: HtapConfig, store: MetadataStore, table: TableInfo, polic
 
 
 def collect_garbage(cfg: HtapConfig, store: MetadataStore) -> int:
-    """Delete retired delta files that no live pin can read; returns how many."""
-    paths = store.collect_garbage()
+    """Delete retired delta files that no live pin can read (nor, for those a repartition
+    retired, a read inside the queryable window); returns how many."""
+    lows = {}
+    for table in store.list_tables():
+        window = queryable_window(store, table, cfg.window_s)
+        if window is not None:
+            lows[table.id] = window.min_seq
+    paths = store.collect_garbage(lows)
     warehouse = open_warehouse(cfg)
     for p in paths:
         delete_delta_files(warehouse, p)
@@ -204,6 +210,8 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
     policy = Policy.from_config(cfg)
     store = MetadataStore(cfg.metadata)
     rechecked: dict[int, float] = {}
+    counted: Counted = {}
+    swept: set[int] = set()
     try:
         while not stop.wait(cfg.compaction_interval_s):
             unsafe = False  # a manifest may still name retired deltas: collect no garbage this pass
@@ -218,6 +226,10 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
                     continue
                 try:
                     compact_table(cfg, store, table, policy)
+                    repartition_table(open_warehouse(cfg), store, table, cfg.partition_rows, counted)
+                    if table.id not in swept:  # once per service run: files of writers killed before
+                        swept.add(table.id)
+                        collect_orphans(open_warehouse(cfg), store, table)
                 except DamagedReplicaError as e:
                     log.error("%s: marked unhealthy: %s", table.qualified_name, e)
                     mark_damaged(store, table.id, e)

@@ -8,6 +8,7 @@ reference to a file that is not fully stored.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from contextlib import ExitStack
@@ -21,7 +22,8 @@ import pyarrow.parquet as pq
 
 from htap import engine
 from htap.replica import dv as dvs
-from htap.replica.metadata import NewDelta
+from htap.errors import NoSuchTableError
+from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
 from htap.replica.warehouse import Warehouse, as_warehouse
@@ -62,6 +64,12 @@ def partition_dir(table: TableInfo, part: int) -> str:
 def partition_lock(warehouse: Warehouse, table: TableInfo, part: int):
     """The writer lock of one partition (htap.replica.dv)."""
     return dvs.partition_lock(warehouse.lock_dir(partition_dir(table, part)))
+
+
+def layout_lock(warehouse: Warehouse, table: TableInfo):
+    """The lock between the writers that route rows by the table's layout and a repartition's
+    commit (htap.replica.dv)."""
+    return dvs.layout_lock(warehouse.lock_dir(table_dir(table)))
 
 
 # Deletion-vector entries of a delta about to be written: (its relative path, its sorted rows).
@@ -151,17 +159,27 @@ def write_partitioned(
     data: pa.Table,
     live: "Callable[[int], Mapping[str, str | None] | list[str]] | None" = None,
     locks: ExitStack | None = None,
+    store: MetadataStore | None = None,
 ) -> list[NewDelta]:
     """One delta per partition that `data` touches. With `live` (a partition's live deltas:
     relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv); `locks`
     then holds each partition's writer lock, taken before `live` is asked, until the caller has
     committed the deltas. Partial updates (unchanged TOAST) are then completed from the
-    versions they update, so reads never fill columns."""
+    versions they update, so reads never fill columns.
+
+    With `locks` and `store`, the table's layout lock is taken first and the rows are routed
+    by the layout the store has now (a repartition may have committed since `table` was read);
+    holding it until the commit keeps a repartition from committing in between."""
     warehouse = as_warehouse(warehouse)
-    splits = decode_bounds(table.partition_bounds_b64)
+    if locks is not None and store is not None:
+        locks.enter_context(layout_lock(warehouse, table))
+        table = current_layout(store, table)
+    layout = table.layout
+    splits = decode_bounds(layout.bounds_b64)
     out = []
     key = list(table.key)
-    for part, rows in split_by_partition(data, table.key[0], splits):
+    for index, rows in split_by_partition(data, table.key[0], splits):
+        part = layout.ids[index]
         entries = complete = None
         if live is not None:
             if locks is not None:
@@ -178,6 +196,16 @@ def write_partitioned(
                     return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(older))
         out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete if live is not None else None))
     return out
+
+
+def current_layout(store: MetadataStore, table: TableInfo) -> TableInfo:
+    """`table` with the partition layout the store has now (unchanged if the table is gone: its
+    deltas are then dropped by the checkpoint's commit)."""
+    try:
+        fresh = store.table_by_id(table.id)
+    except NoSuchTableError:
+        return table
+    return dataclasses.replace(table, partition_bounds_b64=fresh.partition_bounds_b64, partition_ids=fresh.partition_ids)
 
 
 def first_versions(table: TableInfo) -> Entries:

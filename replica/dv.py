@@ -179,8 +179,23 @@ def write_sidecar(path: Path, entries: pa.Table) -> None:
 def partition_lock(folder: Path) -> Iterator[None]:
     """Serialize the writers (checkpoints, compactions) of one partition, across processes of
     one machine (`folder` is local: htap.replica.warehouse.Warehouse.lock_dir)."""
+    with _file_lock(folder, ".lock"):
+        yield
+
+
+@contextmanager
+def layout_lock(table_folder: Path) -> Iterator[None]:
+    """Serialize the writers that route rows by a table's current layout (checkpoints, from
+    reading the layout to their metadata commit) with the commit of a repartition, which
+    changes it (htap.replica.repartition). Taken before any partition lock of the table."""
+    with _file_lock(table_folder, ".layout.lock"):
+        yield
+
+
+@contextmanager
+def _file_lock(folder: Path, name: str) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

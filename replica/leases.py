@@ -11,16 +11,21 @@ lease: compaction keeps every seq of the queryable window readable, so the rows 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from htap.errors import ReplicaError
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import ReadPlan, pin_and_plan
 
 log = logging.getLogger(__name__)
+
+
+class RepartitionedError(ReplicaError):
+    """A read's partition is no longer in the layout its seq now reads (a split or merge
+    committed in between, and the read's lease lapsed): the query must be planned again."""
 
 
 def renewed_plan(store: MetadataStore, table_id: int, plan: ReadPlan, lease_s: float, window_s: float) -> ReadPlan:
@@ -30,10 +35,14 @@ def renewed_plan(store: MetadataStore, table_id: int, plan: ReadPlan, lease_s: f
         return plan
     log.info("the lease of a read at seq %s lapsed before its task started: planning partition %d again", plan.seq, plan.part)
     table = store.table_by_id(table_id)
-    again = [p for p in pin_and_plan(store, table, plan.seq, window_s, lease_s) if p.part == plan.part]
-    if again:
-        return again[0]
-    return dataclasses.replace(plan, delta_paths=(), delta_versions=(), partial=False, strategy="merge", lease=None)
+    again = pin_and_plan(store, table, plan.seq, window_s, lease_s)
+    mine = [p for p in again if p.part == plan.part]
+    if mine:
+        return mine[0]
+    raise RepartitionedError(
+        f"{table.qualified_name}: partition {plan.part} was split or merged after this query was planned and the"
+        f" read's lease lapsed before its task started; re-run the query"
+    )
 
 
 @contextmanager

@@ -36,16 +36,25 @@ from htap.replica.models import (
     STATE_STREAMING,
     Column,
     Delta,
+    Layout,
     TableInfo,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
+# Partition history: the layout (split points, partition ids) that holds from `from_seq` on, until
+# the next one. Reads at a seq use the layout of that seq (htap.replica.repartition).
+_LAYOUTS = (
+    "layouts (table_id {int} NOT NULL, from_seq {int} NOT NULL, bounds TEXT, ids TEXT NOT NULL,"
+    " created_at {real} NOT NULL, reason TEXT, PRIMARY KEY (table_id, from_seq))"
+)
 # Stores of these versions are upgraded in place when opened: version -> its statements.
 _UPGRADES = {
     6: ["ALTER TABLE deltas ADD COLUMN checksum TEXT", "ALTER TABLE deltas ADD COLUMN dv_checksum TEXT"],
+    7: ["ALTER TABLE deltas ADD COLUMN until_seq {int}", "ALTER TABLE tables ADD COLUMN partition_ids TEXT",
+        f"CREATE TABLE IF NOT EXISTS {_LAYOUTS}"],
 }
-# The lease each process holds per (store, table): (pin id, created at). See MetadataStore.lease.
-_LEASES: dict[tuple[str, int], tuple[int, float]] = {}
+# The lease each process holds per (store, table): (pin id, created at, seq). See MetadataStore.lease.
+_LEASES: dict[tuple[str, int], tuple[int, float, int]] = {}
 _LEASES_LOCK = threading.Lock()
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 QUERY_READS_SOURCE = -1  # query_snapshots.seq of a query that reads a source itself (at an exported snapshot)
@@ -65,7 +74,7 @@ _TABLES = [
         " columns_json TEXT NOT NULL, key_json TEXT NOT NULL, arrow_schema TEXT NOT NULL, state TEXT NOT NULL,"
         " copy_seq {int}, max_safe_seq {int}, max_safe_time {real}, error TEXT, partition_bounds TEXT,"
         " failover {int} NOT NULL DEFAULT 0, max_staleness_s {real}, schema_version {int} NOT NULL DEFAULT 1,"
-        " created_at {real} NOT NULL,"
+        " partition_ids TEXT, created_at {real} NOT NULL,"
         " UNIQUE (source, schema_name, table_name)",
     ),
     (
@@ -74,8 +83,9 @@ _TABLES = [
         " min_seq {int} NOT NULL, max_seq {int} NOT NULL, rows {int} NOT NULL, bytes {int} NOT NULL,"
         " partial_rows {int} NOT NULL DEFAULT 0, deletes {int} NOT NULL DEFAULT 0, unique_keys {int} NOT NULL DEFAULT 0,"
         " schema_version {int} NOT NULL DEFAULT 1,"
-        " created_at {real} NOT NULL, retired_at {real}, checksum TEXT, dv_checksum TEXT",
+        " created_at {real} NOT NULL, retired_at {real}, checksum TEXT, dv_checksum TEXT, until_seq {int}",
     ),
+    (_LAYOUTS.split(" ", 1)[0], _LAYOUTS.split(" ", 1)[1][1:-1]),
     ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),
     ("safe_points", "source TEXT NOT NULL, seq {int} NOT NULL, at {real} NOT NULL, PRIMARY KEY (source, seq)"),
     (
@@ -273,8 +283,9 @@ class MetadataStore:
             raise ReplicaError(f"{self.location} is not a spark-htap metadata store: run `htap init`") from e
         if row is not None and int(row[0]) in _UPGRADES:
             with self._tx():
+                types = {"int": self._db.int_type, "real": self._db.real_type}
                 for statement in _UPGRADES[int(row[0])]:
-                    self._x(statement)
+                    self._x(statement.format(**types))
                 self._x("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(int(row[0]) + 1),))
             return self._check_version()
         if row is None or int(row[0]) != SCHEMA_VERSION:
@@ -339,7 +350,8 @@ class MetadataStore:
 
     _TABLE_COLUMNS = (
         "id, source, schema_name, table_name, columns_json, key_json, arrow_schema, state, copy_seq,"
-        " max_safe_seq, max_safe_time, error, partition_bounds, failover, max_staleness_s, schema_version"
+        " max_safe_seq, max_safe_time, error, partition_bounds, failover, max_staleness_s, schema_version,"
+        " partition_ids"
     )
 
     def add_table(
@@ -411,6 +423,7 @@ class MetadataStore:
             failover=bool(r[13]),
             max_staleness_s=r[14],
             schema_version=r[15],
+            partition_ids=None if r[16] is None else tuple(json.loads(r[16])),
         )
 
     def set_state(self, table_id: int, state: str, error: str | None = None) -> None:
@@ -452,7 +465,7 @@ class MetadataStore:
         its files)."""
         with self._tx():
             for table, column in (("deltas", "table_id"), ("truncations", "table_id"), ("pins", "table_id"),
-                                  ("scans", "table_id"), ("tables", "id")):
+                                  ("scans", "table_id"), ("layouts", "table_id"), ("tables", "id")):
                 self._x(f"DELETE FROM {table} WHERE {column} = ?", (table_id,))
 
     def forget_source(self, source: str) -> None:
@@ -479,9 +492,10 @@ class MetadataStore:
             paths = [p for (p,) in self._all("SELECT path FROM deltas WHERE table_id = ?", (table_id,))]
             self._x("DELETE FROM deltas WHERE table_id = ?", (table_id,))
             self._x("DELETE FROM truncations WHERE table_id = ?", (table_id,))
+            self._x("DELETE FROM layouts WHERE table_id = ?", (table_id,))
             self._x(
                 "UPDATE tables SET state = ?, copy_seq = NULL, max_safe_seq = NULL, max_safe_time = NULL,"
-                " error = NULL, partition_bounds = NULL WHERE id = ?",
+                " error = NULL, partition_bounds = NULL, partition_ids = NULL WHERE id = ?",
                 (STATE_COPYING, table_id),
             )
         return paths
@@ -490,10 +504,18 @@ class MetadataStore:
         """The initial copy is durable: its deltas, partitions and seq become visible together."""
         with self._tx():
             self._insert_deltas(deltas)
-            self._x(
-                "UPDATE tables SET state = ?, copy_seq = ?, partition_bounds = ? WHERE id = ? AND state = ?",
+            cur = self._x(
+                "UPDATE tables SET state = ?, copy_seq = ?, partition_bounds = ?, partition_ids = NULL"
+                " WHERE id = ? AND state = ?",
                 (STATE_CATCHING_UP, copy_seq, partition_bounds, table_id, STATE_COPYING),
             )
+            if cur.rowcount:
+                layout = Layout.of(partition_bounds, None)
+                self._x(
+                    "INSERT INTO layouts (table_id, from_seq, bounds, ids, created_at, reason) VALUES (?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (table_id, from_seq) DO UPDATE SET bounds = excluded.bounds, ids = excluded.ids",
+                    (table_id, copy_seq, partition_bounds, json.dumps(list(layout.ids)), self.clock(), "initial copy"),
+                )
 
     # --- checkpoints and safe seqs --------------------------------------------------------------
 
@@ -633,7 +655,7 @@ class MetadataStore:
 
     _DELTA_COLUMNS = (
         "id, table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes, unique_keys, schema_version,"
-        " checksum, dv_checksum"
+        " checksum, dv_checksum, until_seq"
     )
 
     def deltas(self, table_id: int, part: int | None = None) -> list[Delta]:
@@ -650,6 +672,103 @@ class MetadataStore:
                 (table_id, part),
             )
         return [Delta(*r) for r in rows]
+
+    def delta_paths(self, table_id: int) -> list[str]:
+        """Every delta file the metadata references for the table, live or retired."""
+        return [p for (p,) in self._all("SELECT path FROM deltas WHERE table_id = ?", (table_id,))]
+
+    def deltas_at(self, table_id: int, seq: int) -> list[Delta]:
+        """The deltas a read at `seq` may need, oldest first: the live ones, and those of
+        partitions a repartition retired at a seq above `seq` (reads below it still use them).
+        Which partitions a read uses is its layout's business (`layout_at`)."""
+        rows = self._all(
+            f"SELECT {self._DELTA_COLUMNS} FROM deltas WHERE table_id = ? AND (retired_at IS NULL OR until_seq > ?)"
+            " ORDER BY id",
+            (table_id, seq),
+        )
+        return [Delta(*r) for r in rows]
+
+    # --- partition layouts --------------------------------------------------------------------
+
+    def layout_at(self, table_id: int, seq: int) -> Layout:
+        """The partition layout reads at `seq` use: the newest that holds from `seq` or before
+        (the oldest there is for a seq before all of them)."""
+        row = self._one(
+            "SELECT bounds, ids, from_seq FROM layouts WHERE table_id = ? AND from_seq <= ? ORDER BY from_seq DESC LIMIT 1",
+            (table_id, seq),
+        ) or self._one("SELECT bounds, ids, from_seq FROM layouts WHERE table_id = ? ORDER BY from_seq LIMIT 1", (table_id,))
+        if row is None:  # a table copied by hand (tests) without a layout row: its current one
+            return self.table_by_id(table_id).layout
+        return Layout(row[0], tuple(json.loads(row[1])), row[2])
+
+    def layouts(self, table_id: int) -> list[tuple[Layout, str | None]]:
+        """The table's partition history, oldest first, with why each layout came."""
+        rows = self._all(
+            "SELECT bounds, ids, from_seq, reason FROM layouts WHERE table_id = ? ORDER BY from_seq", (table_id,)
+        )
+        return [(Layout(b, tuple(json.loads(i)), f), why) for b, i, f, why in rows]
+
+    def next_partition_id(self, table_id: int) -> int:
+        """An id no partition of the table ever had (ids are never reused: old layouts keep theirs)."""
+        used = [max(json.loads(ids), default=-1) for (ids,) in self._all("SELECT ids FROM layouts WHERE table_id = ?", (table_id,))]
+        (top,) = self._one("SELECT max(part) FROM deltas WHERE table_id = ?", (table_id,))
+        return max([-1, *used, -1 if top is None else top]) + 1
+
+    def partition_stats(self, table_id: int) -> dict[int, tuple[int, int, int]]:
+        """Per partition with live deltas: (deltas, row versions, delete versions)."""
+        rows = self._all(
+            "SELECT part, count(*), sum(rows), sum(deletes) FROM deltas WHERE table_id = ? AND retired_at IS NULL GROUP BY part",
+            (table_id,),
+        )
+        return {p: (n, rows, deletes) for p, n, rows, deletes in rows}
+
+    def commit_layout(
+        self, table_id: int, old: Layout, new: Layout, retire: list[Delta], add: list[NewDelta], reason: str
+    ) -> bool:
+        """Make a repartition visible in one transaction: the new layout holds from `new.from_seq`
+        on, the old partitions' deltas (`retire`: every live one) are retired for reads at seqs
+        below it, and the new partitions' deltas appear. Returns False (and changes nothing) if
+        the table's layout is no longer `old` or some delta to retire is no longer live (a
+        re-copy, a compaction, another repartition won the race)."""
+        with self._tx():
+            row = self._one("SELECT partition_bounds, partition_ids FROM tables WHERE id = ?", (table_id,))
+            if row is None:
+                return False
+            current = Layout.of(row[0], None if row[1] is None else json.loads(row[1]))
+            if (current.bounds_b64, current.ids) != (old.bounds_b64, old.ids):
+                return False
+            gone = set(old.ids) - set(new.ids)
+            if not gone:
+                return False
+            marks = ",".join("?" * len(gone))
+            live = {r[0] for r in self._all(
+                f"SELECT id FROM deltas WHERE table_id = ? AND retired_at IS NULL AND part IN ({marks})", (table_id, *gone))}
+            if live != {d.id for d in retire}:
+                return False
+            now = self.clock()
+            if self._one("SELECT count(*) FROM layouts WHERE table_id = ?", (table_id,))[0] == 0:
+                # A table copied before layouts were recorded: its first layout holds from its copy.
+                (copy_seq,) = self._one("SELECT copy_seq FROM tables WHERE id = ?", (table_id,))
+                self._x(
+                    "INSERT INTO layouts (table_id, from_seq, bounds, ids, created_at, reason) VALUES (?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (table_id, from_seq) DO NOTHING",
+                    (table_id, min(copy_seq or 0, new.from_seq), old.bounds_b64, json.dumps(list(old.ids)), now,
+                     "initial copy"),
+                )
+            for d in retire:
+                self._x("UPDATE deltas SET retired_at = ?, until_seq = ? WHERE id = ?", (now, new.from_seq, d.id))
+            self._insert_deltas(add)
+            self._x(
+                "UPDATE tables SET partition_bounds = ?, partition_ids = ? WHERE id = ?",
+                (new.bounds_b64, json.dumps(list(new.ids)), table_id),
+            )
+            self._x(
+                "INSERT INTO layouts (table_id, from_seq, bounds, ids, created_at, reason) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (table_id, from_seq) DO UPDATE SET bounds = excluded.bounds, ids = excluded.ids,"
+                " created_at = excluded.created_at, reason = excluded.reason",
+                (table_id, new.from_seq, new.bounds_b64, json.dumps(list(new.ids)), now, reason),
+            )
+        return True
 
     def replace_deltas(self, table_id: int, old: list[Delta], new: list[NewDelta]) -> bool:
         """Swap a set of live deltas for their compacted replacement, atomically.
@@ -686,22 +805,16 @@ class MetadataStore:
     # --- pins (leases) and garbage collection ----------------------------------------------------
 
     def pin(self, table_id: int, seq: int, ttl_s: float, holder: str | None = None) -> tuple[Pin, list[Delta]]:
-        """Lease `seq` of a table for `ttl_s` and return the live deltas at that moment, in one
-        transaction. While the lease lives (`renew_pin` extends it), no delta in that list is
-        deleted, even if compaction retires it.
+        """Lease `seq` of a table for `ttl_s` and return the deltas a read at `seq` may need at
+        that moment (`deltas_at`), in one transaction. While the lease lives (`renew_pin` extends
+        it), no delta in that list is deleted, even if compaction or a repartition retires it.
 
         Not fsynced: a crash that forgets a lease is a crash of the machine its readers ran on
         (SQLite), or of a Postgres store that then loses at most its last fraction of a second.
         """
         now = self.clock()
         with self._tx(durable=False):
-            deltas = [
-                Delta(*r)
-                for r in self._all(
-                    f"SELECT {self._DELTA_COLUMNS} FROM deltas WHERE table_id = ? AND retired_at IS NULL ORDER BY id",
-                    (table_id,),
-                )
-            ]
+            deltas = self.deltas_at(table_id, seq)
             row = self._one(
                 "INSERT INTO pins (table_id, seq, holder, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
                 (table_id, seq, holder or holder_id(), now, now + ttl_s),
@@ -714,15 +827,17 @@ class MetadataStore:
         protects every delta retired since it was taken, and lives at least `lease_s / 2` more),
         else a new one. So a process writes at most one (unsynced) lease per table per
         `lease_s / 2`, however many reads it plans; a lease then ends by expiry, `lease_s`
-        after its last renewal (running tasks renew it: htap.replica.leases)."""
+        after its last renewal (running tasks renew it: htap.replica.leases). A read at a seq
+        below the held lease's takes a new one: the deltas of partitions a repartition retired
+        are kept for the seqs below it that live leases hold."""
         key = (self.location, table_id)
         now = self.clock()
         with _LEASES_LOCK:
             held = _LEASES.get(key)
-            if held is not None and 0 <= now - held[1] < lease_s / 2:
-                return held[0], self.deltas(table_id)
+            if held is not None and 0 <= now - held[1] < lease_s / 2 and seq >= held[2]:
+                return held[0], self.deltas_at(table_id, seq)
             pin, deltas = self.pin(table_id, seq, lease_s)
-            _LEASES[key] = (pin.id, pin.created_at)
+            _LEASES[key] = (pin.id, pin.created_at, seq)
             return pin.id, deltas
 
     def renew_pin(self, pin_id: int, ttl_s: float) -> bool:
@@ -752,19 +867,26 @@ class MetadataStore:
             )
         return [Pin(*r) for r in rows]
 
-    def collect_garbage(self) -> list[str]:
+    def collect_garbage(self, window_low: dict[int, int] | None = None) -> list[str]:
         """Forget retired deltas no live pin can still read; return their paths to delete.
 
-        A retired delta is still needed by any live pin taken before it was retired. Expired
-        pins (their holder died or finished without releasing) are dropped first.
+        A retired delta is still needed by any live pin taken before it was retired. One a
+        repartition retired at seq S (`until_seq`) also serves reads below S: it stays while a
+        live pin reads below S or the table's queryable window (`window_low`: table id -> its
+        low end; tables missing there keep them) still reaches below S. Expired pins (their
+        holder died or finished without releasing) are dropped first.
         """
         now = self.clock()
+        window_low = window_low or {}
         with self._tx():
             self._x("DELETE FROM pins WHERE expires_at <= ?", (now,))
             rows = self._all(
-                "SELECT d.id, d.path FROM deltas d WHERE d.retired_at IS NOT NULL AND NOT EXISTS"
-                " (SELECT 1 FROM pins p WHERE p.table_id = d.table_id AND p.created_at <= d.retired_at)"
+                "SELECT d.id, d.path, d.table_id, d.until_seq FROM deltas d WHERE d.retired_at IS NOT NULL AND NOT EXISTS"
+                " (SELECT 1 FROM pins p WHERE p.table_id = d.table_id AND (p.created_at <= d.retired_at"
+                " OR (d.until_seq IS NOT NULL AND p.seq < d.until_seq)))"
             )
+            rows = [(i, path) for i, path, table_id, until in rows
+                    if until is None or (table_id in window_low and window_low[table_id] >= until)]
             for delta_id, _ in rows:
                 self._x("DELETE FROM deltas WHERE id = ?", (delta_id,))
         return [path for _, path in rows]

@@ -46,6 +46,12 @@ class TableInfo:
     failover: bool = False  # reads go to the source
     max_staleness_s: float | None = None  # older replica state fails reads over to the source
     schema_version: int = 1  # logical schema version; each delta records the one it was written in
+    partition_ids: tuple[int, ...] | None = None  # id of each current partition (None: 0, 1, ...)
+
+    @property
+    def layout(self) -> "Layout":
+        """The current partition layout (htap.replica.repartition changes it online)."""
+        return Layout.of(self.partition_bounds_b64, self.partition_ids)
 
     @property
     def qualified_name(self) -> str:
@@ -62,6 +68,28 @@ class TableInfo:
     @property
     def readable(self) -> bool:
         return self.state == STATE_STREAMING and self.max_safe_seq is not None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A table's range partitions at some seqs: split points on the first key column (Arrow
+    IPC; partition i holds keys in [split[i-1], split[i])) and the id of each partition.
+
+    Ids are never reused within a table: a split or merge gives its outputs new ids and leaves
+    the old partitions (and their deltas) to reads at seqs below `from_seq`, the seq from
+    which this layout holds (htap.replica.repartition)."""
+
+    bounds_b64: str | None
+    ids: tuple[int, ...]
+    from_seq: int | None = None
+
+    @classmethod
+    def of(cls, bounds_b64: str | None, ids, from_seq: int | None = None) -> "Layout":
+        from htap.replica.partitions import decode_bounds, partition_count
+
+        if ids is None:
+            ids = tuple(range(partition_count(decode_bounds(bounds_b64))))
+        return cls(bounds_b64, tuple(ids), from_seq)
 
 
 def delta_schema(table_schema: pa.Schema) -> pa.Schema:
@@ -83,7 +111,7 @@ class Delta:
 
     id: int
     table_id: int
-    part: int  # partition ordinal within the table
+    part: int  # partition id within the table (see Layout)
     path: str  # relative to the warehouse
     min_seq: int
     max_seq: int
@@ -95,6 +123,7 @@ class Delta:
     schema_version: int = 1  # the table's schema version when written (its physical columns)
     checksum: str | None = None  # SHA-256 of the file, verified by caches (htap.replica.warehouse)
     dv_checksum: str | None = None  # of its deletion-vector sidecar (`<path>.dv`); None: no sidecar
+    until_seq: int | None = None  # retired by a repartition at this seq: still read below it
 
     def files(self) -> dict[str, str | None]:
         """Its files in the warehouse (relative path -> checksum): the delta and its sidecar."""

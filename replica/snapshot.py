@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from htap.errors import ReplicaError
 from htap.replica.metadata import Delta, MetadataStore
-from htap.replica.models import TableInfo
+from htap.replica.models import Layout, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
 from htap.rewrite.subplan import PushedSubplan
 
@@ -33,7 +33,7 @@ class Window:
 class ReadPlan:
     """What one partition read at one seq needs."""
 
-    part: int
+    part: int  # the partition's id (htap.replica.models.Layout)
     seq: int
     delta_paths: tuple[str, ...]
     floor: int | None  # versions below it were truncated away
@@ -79,13 +79,17 @@ def seq_for_time(store: MetadataStore, table: TableInfo, at: float) -> int:
 
 def plan_reads(
     table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, subplan: PushedSubplan | None = None,
-    lease: int | None = None,
+    lease: int | None = None, layout: Layout | None = None,
 ) -> list[ReadPlan]:
-    """One read plan per partition that the subplan's key filters can match, with the deltas
-    that can hold a version visible at `seq`."""
-    splits = decode_bounds(table.partition_bounds_b64)
+    """One read plan per partition of `layout` (the layout at `seq`, `MetadataStore.layout_at`;
+    default: the table's current one, right for seqs since the last repartition) that the
+    subplan's key filters can match, with the deltas that can hold a version visible at `seq`
+    (`deltas`: `MetadataStore.deltas_at(seq)`, or the live ones for the current layout)."""
+    layout = layout or table.layout
+    splits = decode_bounds(layout.bounds_b64)
     plans = []
-    for part in matching_partitions(splits, table.key[0], subplan.filters if subplan else ()):
+    for index in matching_partitions(splits, table.key[0], subplan.filters if subplan else ()):
+        part = layout.ids[index]
         mine = [
             d for d in deltas if d.part == part and d.min_seq <= seq and (floor is None or d.max_seq >= floor)
         ]
@@ -127,4 +131,4 @@ def pin_and_plan(
             f"seq {seq} of {table.qualified_name} is outside its queryable window [{window.min_seq}, {window.max_seq}]"
         )
     lease, deltas = store.lease(table.id, seq, pin_ttl_s)
-    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan, lease)
+    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan, lease, store.layout_at(table.id, seq))

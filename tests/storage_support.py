@@ -64,7 +64,8 @@ class DirectTable:
         """As the checkpointer: each delta records the versions it supersedes (deletion
         vectors) under its partition's writer lock, held until the commit."""
         with ExitStack() as locks:
-            deltas = write_partitioned(self.warehouse, self.table, self.buffer.drain(), self.live, locks) if len(self.buffer) else []
+            deltas = (write_partitioned(self.warehouse, self.table, self.buffer.drain(), self.live, locks, self.store)
+                      if len(self.buffer) else [])
             self.store.commit_checkpoint(SOURCE, deltas, seq, self.store.clock(), self.truncations)
         self.truncations = []
         self.seq = seq
@@ -73,13 +74,18 @@ class DirectTable:
     def live(self, part: int) -> list[str]:
         return [d.path for d in self.store.deltas(self.table.id, part)]
 
+    def plans(self, seq: int) -> list:
+        """The read plans of every partition at `seq`, in the layout of that seq."""
+        store, tid = self.store, self.table.id
+        return plan_reads(self.table, store.deltas_at(tid, seq), seq, store.truncated_at(tid, seq),
+                          layout=store.layout_at(tid, seq))
+
     def read(self, seq: int, subplan: PushedSubplan | None = None, out: pa.Schema | None = None) -> pa.Table:
         subplan = subplan or PushedSubplan()
         schema = self.table.arrow_schema
         out = out or schema
         batches = []
-        deltas = self.store.deltas(self.table.id)
-        for plan in plan_reads(self.table, deltas, seq, self.store.truncated_at(self.table.id, seq)):
+        for plan in self.plans(seq):
             batches += list(
                 read_plan(self.warehouse, self.table.qualified_name, schema, list(self.table.key), plan, subplan, out)
             )

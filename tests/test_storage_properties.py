@@ -1,5 +1,8 @@
 """Issue 3: reads at every seq of the window equal a simple model, whatever the flush and
-compaction points, with inserts, updates, partial updates, deletes and truncates."""
+compaction points, with inserts, updates, partial updates, deletes and truncates. Issue 13:
+also whatever the online splits and merges of partitions (some with a checkpoint committed
+while they run, whose deltas they carry over) and the garbage collection of what they retired:
+time travel to before a split reads the old layout."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from htap.connectors.changes import UNSET
 from htap import engine
 from htap.replica import dv
 from htap.replica.compaction import merge
-from htap.replica.snapshot import plan_reads
+from htap.replica.deltas import delete_delta_files
+from htap.replica.repartition import Change, repartition
 
 from storage_support import DirectTable
 
@@ -34,8 +38,7 @@ def dv_rows(table: DirectTable, seq: int) -> list[tuple] | None:
     """The rows at `seq` straight from the deletion-vector scans of every partition (no merge);
     None if some partition cannot be read that way."""
     rows = []
-    plans = plan_reads(table.table, table.store.deltas(table.table.id), seq, table.store.truncated_at(table.table.id, seq))
-    for plan in plans:
+    for plan in table.plans(seq):
         if not plan.delta_paths:
             continue
         names = table.table.arrow_schema.names
@@ -97,7 +100,28 @@ def test_reads_at_every_seq_equal_the_model(data):
                     state.clear()
             history[seq] = {k: list(v) for k, v in state.items()}
             if data.draw(st.booleans(), label="checkpoint"):
-                table.checkpoint(seq)
+                # A split or merge first, maybe with this checkpoint committed while it runs.
+                action = data.draw(st.sampled_from([None, "split", "split", "merge"]), label="repartition")
+                ids = table.store.table_by_id(table.table.id).layout.ids
+                done = []  # the checkpoint, once it ran while the repartition did
+                if action == "split" or (action == "merge" and len(ids) > 1):
+                    if action == "split":  # the partition with the most row versions
+                        stats = table.store.partition_stats(table.table.id)
+                        parts = (max(ids, key=lambda p: stats.get(p, (0, 0, 0))[1]),)
+                    else:
+                        first = data.draw(st.integers(0, len(ids) - 2))
+                        parts = ids[first:first + 2]
+                    during = len(table.buffer) > 0 and data.draw(st.booleans(), label="checkpoint during it")
+                    repartition(table.warehouse, table.store, table.table.id, Change(action, parts, "test"),
+                                data.draw(st.integers(1, 3), label="partition rows"),
+                                meanwhile=(lambda: done.append(table.checkpoint(seq))) if during else None)
+                if not done:
+                    table.checkpoint(seq)
+                table.table = table.store.table_by_id(table.table.id)
+                if data.draw(st.booleans(), label="collect garbage"):  # the window's low end moves up
+                    gc_floor = data.draw(st.integers(gc_floor, seq), label="window low")
+                    for path in table.store.collect_garbage({table.table.id: gc_floor}):
+                        delete_delta_files(table.warehouse, path)
                 # Time travel now, before later compactions raise the GC floor past this seq.
                 check(table, data.draw(st.integers(gc_floor, seq), label="read at"), history, ops)
                 live = table.store.deltas(table.table.id)

@@ -194,6 +194,7 @@ class TableCheck:
     canonical: Canonical | None = None
     plans: list[ReadPlan] = field(default_factory=list)
     splits: pa.Array | None = None
+    part_ids: tuple[int, ...] = ()  # the id of each partition between `splits`
     ranges: list[KeyRange] = field(default_factory=list)
     outcomes: list[RangeOutcome] = field(default_factory=list)
     missing: list[dict] = field(default_factory=list)
@@ -277,8 +278,10 @@ class DataVerifier:
             raise VerifyError(f"{table.qualified_name}: seq {self.snap.seq} is outside the replica's queryable window {window}")
         pin, deltas = store.pin(table.id, self.snap.seq, self.cfg.pin_ttl_s)
         check.pin_id = pin.id
-        check.plans = plan_reads(table, deltas, self.snap.seq, store.truncated_at(table.id, self.snap.seq))
-        check.splits = decode_bounds(table.partition_bounds_b64)
+        layout = store.layout_at(table.id, self.snap.seq)  # a repartition since then leaves it readable
+        check.plans = plan_reads(table, deltas, self.snap.seq, store.truncated_at(table.id, self.snap.seq), layout=layout)
+        check.splits = decode_bounds(layout.bounds_b64)
+        check.part_ids = layout.ids
         check.ranges = split_ranges(self._bounds(check))
         check.timings["plan_s"] = time.monotonic() - started - check.timings["wait_s"]
 
@@ -308,7 +311,7 @@ class DataVerifier:
         subplan = PushedSubplan(columns=columns, filters=filters)
         schema = check.table.arrow_schema
         out = schema if columns is None else pa.schema([schema.field(c) for c in columns])
-        parts = set(matching_partitions(check.splits, check.key0, filters))
+        parts = {check.part_ids[i] for i in matching_partitions(check.splits, check.key0, filters)}
         batches = []
         for plan in check.plans:
             if plan.part in parts:

@@ -149,6 +149,9 @@ class FakeStore:
         seqs = [s for s in self.truncations if s <= seq]
         return max(seqs) if seqs else None
 
+    def layout_at(self, table_id, seq):
+        return None  # never repartitioned: the table's current layout
+
 
 def test_window_runs_from_the_seq_reached_window_s_ago_to_the_max_safe_seq():
     store = FakeStore(1000.0, [(100.0, 10), (500.0, 40), (900.0, 80)])
