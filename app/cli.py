@@ -62,7 +62,7 @@ def cmd_recover(args) -> int:
         if args.force:
             for source in sources:
                 manifest.forget(store, source)
-        recovered = manifest.recover(warehouse, store, sources)
+        recovered = manifest.recover(warehouse, store, sources, cfg.window_s)
     worst = 0
     for r in recovered:
         print(f"source {r.source}: {r.tables} table(s), {r.deltas} delta(s), position {r.position}"

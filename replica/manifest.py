@@ -10,9 +10,10 @@ has been told is never newer than the one in its manifest: a store rebuilt from 
 skips what its deltas already hold. Garbage collection only deletes deltas that a later
 manifest no longer names (a pass whose manifest write failed collects nothing).
 
-What a manifest does not keep: leases, retired deltas, recorded scans, and the seq <-> time
-points of time travel other than the last (after a recovery, `TIMESTAMP AS OF` reaches back to
-the recovery's position; `VERSION AS OF` to each table's copy).
+What a manifest does not keep: leases, deltas compaction retired, recorded scans, and the seq <->
+time points of time travel other than the last (after a recovery, `TIMESTAMP AS OF` finds only
+the recovered position; `VERSION AS OF` reaches back to each table's copy, or to the newest
+repartition whose older partitions were already collected: the recovered window starts there).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class Recovered:
     missing: list[str] = field(default_factory=list)  # delta files the manifest names but the warehouse lacks
 
 
-def recover(warehouse: Warehouse, store: MetadataStore, sources: list[str]) -> list[Recovered]:
+def recover(warehouse: Warehouse, store: MetadataStore, sources: list[str], window_s: float) -> list[Recovered]:
     """Rebuild the metadata of `sources` in `store` (which must not know them) from their
     manifests. A table whose files are missing is marked unhealthy (its reads fail over to the
     source; `htap tables recopy` rebuilds it)."""
@@ -106,10 +107,15 @@ def recover(warehouse: Warehouse, store: MetadataStore, sources: list[str]) -> l
     present = set(warehouse.list())
     out = []
     for source in sources:
-        doc = manifests[source]
-        store.restore_source(doc)
+        doc = dict(manifests[source])
+        # Deltas a repartition retired (for reads below its seq) whose files are gone were being
+        # collected: reads below that seq are over, the recovered window starts at it.
+        kept = [d for d in doc.get("deltas", []) if d.get("retired_at") is None or _stored(d, present)]
+        floor = max([0, *(_window_floor(doc, kept))])
+        doc["deltas"] = kept
+        store.restore_source(doc, (floor, time.time() - window_s) if floor else None)
         missing = []
-        for d in doc.get("deltas", []):
+        for d in kept:
             names = [d["path"]] + ([d["path"] + ".dv"] if d.get("dv_checksum") else [])
             lost = [n for n in names if n not in present]
             if lost:
@@ -123,6 +129,21 @@ def recover(warehouse: Warehouse, store: MetadataStore, sources: list[str]) -> l
         log.info("recovered source %s at position %s: %d tables, %d deltas", source, position, out[-1].tables,
                  out[-1].deltas)
     return out
+
+
+def _stored(delta: dict, present: set[str]) -> bool:
+    return delta["path"] in present and (not delta.get("dv_checksum") or delta["path"] + ".dv" in present)
+
+
+def _window_floor(doc: dict, deltas: list[dict]) -> list[int]:
+    """Per table, the seq of its newest repartition none of whose retired deltas remain: reads
+    below it would need partitions that no longer exist."""
+    until = {(d["table_id"], d.get("until_seq")) for d in deltas if d.get("until_seq") is not None}
+    by_table: dict[int, list[int]] = {}
+    for layout in doc.get("layouts", []):
+        by_table.setdefault(layout["table_id"], []).append(layout["from_seq"])
+    return [max((s for s in seqs[1:] if (table, s) not in until), default=0)
+            for table, seqs in ((t, sorted(v)) for t, v in by_table.items())]
 
 
 def forget(store: MetadataStore, source: str) -> None:

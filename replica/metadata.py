@@ -575,20 +575,24 @@ class MetadataStore:
         "sources": ("name", "position", "position_time", "updated_at"),
         "tables": ("id", "source", "schema_name", "table_name", "columns_json", "key_json", "arrow_schema", "state",
                    "copy_seq", "max_safe_seq", "max_safe_time", "error", "partition_bounds", "failover",
-                   "max_staleness_s", "schema_version", "created_at"),
+                   "max_staleness_s", "schema_version", "partition_ids", "created_at"),
         "deltas": ("id", "table_id", "part", "path", "min_seq", "max_seq", "rows", "bytes", "partial_rows", "deletes",
-                   "unique_keys", "schema_version", "created_at", "checksum", "dv_checksum"),
+                   "unique_keys", "schema_version", "created_at", "checksum", "dv_checksum", "retired_at", "until_seq"),
+        "layouts": ("table_id", "from_seq", "bounds", "ids", "created_at", "reason"),
         "truncations": ("table_id", "seq"),
     }
 
     def dump_source(self, source: str) -> dict[str, list[dict]]:
-        """One source's sources row, tables, live deltas and truncations, read in one
-        transaction (a consistent state: the position never lags the deltas it covers)."""
+        """One source's sources row, tables, partition layouts, the deltas reads may use (live
+        ones, and those a repartition retired for reads below its seq) and truncations, read in
+        one transaction (a consistent state: the position never lags the deltas it covers)."""
+        mine = "table_id IN (SELECT id FROM tables WHERE source = ?)"
         where = {
             "sources": ("name = ?", (source,)),
             "tables": ("source = ?", (source,)),
-            "deltas": ("retired_at IS NULL AND table_id IN (SELECT id FROM tables WHERE source = ?)", (source,)),
-            "truncations": ("table_id IN (SELECT id FROM tables WHERE source = ?)", (source,)),
+            "deltas": (f"(retired_at IS NULL OR until_seq IS NOT NULL) AND {mine}", (source,)),
+            "layouts": (mine, (source,)),
+            "truncations": (mine, (source,)),
         }
         out = {}
         with self._tx():
@@ -598,10 +602,14 @@ class MetadataStore:
                 out[name] = [dict(zip(columns, r)) for r in rows]
         return out
 
-    def restore_source(self, dump: dict[str, list[dict]]) -> None:
+    def restore_source(self, dump: dict[str, list[dict]], floor: tuple[int, float] | None = None) -> None:
         """Insert a dumped source (ids kept: delta paths name their table's id) in one transaction;
-        the store must not know the source yet. Its one safe point is the recorded position."""
+        the store must not know the source yet. Its safe points: the recorded position, and
+        `floor` (seq, time), which keeps the queryable window's low end at or above that seq."""
         with self._tx():
+            if floor is not None:
+                self._x("INSERT INTO safe_points (source, seq, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                        (dump["sources"][0]["name"], floor[0], floor[1]))
             for name, columns in self._DUMPED.items():
                 for row in dump.get(name, []):
                     present = [c for c in columns if c in row]
