@@ -238,12 +238,12 @@ def cmd_status(args) -> int:
               f"{src.tables} tables, {src.failed} failed, {src.unhealthy} unhealthy")
         if src.retention:
             print(f"    {src.retention}")
-    print(f"{'table':<32} {'state':<12} {'rows':>10} {'deltas':>6} {'max safe position':>22} {'delay s':>8}  route")
+    print(f"{'table':<32} {'state':<12} {'rows':>10} {'parts':>5} {'deltas':>6} {'max safe position':>22} {'delay s':>8}  route")
     for s in statuses:
         rows = "-" if s.rows is None else str(s.rows)
         delay = "-" if s.delay_s is None else f"{s.delay_s:.1f}"
         route = "failover on" if s.failover else (s.last_route or "-").split(":")[0]
-        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
+        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.partitions:>5} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
         if s.error:
             print(f"    error: {s.error}")
     return 0
@@ -392,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the ingest service (copy, then stream changes) until stopped")
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("status", help="per source: position, lag, failed tables, retained log; per table: state, rows, deltas, max safe seq, delay, errors")
+    s = sub.add_parser("status", help="per source: position, lag, failed tables, retained log; per table: state, rows, partitions, deltas, max safe seq, delay, errors")
     s.add_argument("--json", action="store_true", help='machine-readable output: {"sources": [...], "tables": [...]}')
     s.set_defaults(func=cmd_status)
 

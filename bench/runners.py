@@ -5,7 +5,9 @@
 (b) `jdbc`:    Spark's JDBCTableCatalog on the same Postgres (`pg.tpch.<table> WITH (...)`), with
                aggregate, limit/top-N, offset and table-sample pushdown on and partitioned reads
                by the first key column (per-table scan options in the query's WITH clause).
-(c) `parquet`: Spark over a static Parquet copy of the tables (temp views), the ceiling.
+(c) `parquet`: Spark over a static Parquet copy of the tables (temp views).
+(d) `duckdb`:  DuckDB itself over the same Parquet copy, no Spark at all: the ceiling on this
+               machine (what one vectorized engine does with the query and the files).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from bench import data
 from bench.data import log
 from bench.queries import query_text
 
-SYSTEMS = ("htap", "jdbc", "parquet")
+SYSTEMS = ("htap", "jdbc", "parquet", "duckdb")
+JOIN_PUSHDOWN = "spark.sql.optimizer.datasourceV2JoinPushdown"
 HTAP_CATALOG = "htap_tpch"
 HTAP_SOURCE = "bench_tpch"  # slot and publication: htap_bench_tpch
 JDBC_CATALOG = "pg"
@@ -274,6 +277,8 @@ def table_refs(system: str, bounds: dict[str, tuple[str, int, int]], jdbc: JdbcS
         return {t: f"{HTAP_CATALOG}.{data.SCHEMA}.{t}" for t in data.TABLE_NAMES}
     if system == "parquet":
         return {t: f"parquet_{t}" for t in data.TABLE_NAMES}
+    if system == "duckdb":
+        return {t: f"duckdb_{t}" for t in data.TABLE_NAMES}
     refs = {}
     for t in data.TABLE_NAMES:
         col, lo, hi = bounds[t]
@@ -350,6 +355,43 @@ def error_line(e: BaseException) -> str:
     return type(e).__name__
 
 
+def duckdb_connection(files: dict[str, Path], threads: int | None = None):
+    """DuckDB with one view per table over the static Parquet copy (system (d))."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    for t, path in files.items():
+        con.execute(f"CREATE VIEW duckdb_{t} AS SELECT * FROM read_parquet('{str(path.resolve())}')")
+    return con
+
+
+def run_duckdb(con, text: str, timeout_s: float) -> tuple[float, list[tuple], str]:
+    """Run one query in DuckDB to completion (rows fetched); interrupt it after `timeout_s`."""
+    fired = threading.Event()
+
+    def cancel() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout_s, cancel)
+    timer.daemon = True
+    started = time.perf_counter()
+    timer.start()
+    try:
+        rel = con.sql(text)
+        rows = [tuple(r) for r in rel.fetchall()]
+    except Exception as e:
+        if fired.is_set():
+            raise TimeoutError(f"timeout: cancelled after {timeout_s:.0f} s") from e
+        raise
+    finally:
+        timer.cancel()
+    return time.perf_counter() - started, rows, ", ".join(f"{n}:{t}" for n, t in zip(rel.columns, rel.types))
+
+
 def run_one(spark, text: str, timeout_s: float) -> tuple[float, list[tuple], str]:
     """Run one query to completion (collected on the driver); cancel it after `timeout_s`."""
     fired = threading.Event()
@@ -374,31 +416,47 @@ def run_one(spark, text: str, timeout_s: float) -> tuple[float, list[tuple], str
     return time.perf_counter() - started, rows, df.schema.simpleString()
 
 
-def warm_up(spark, system: str, refs: dict[str, str], sf: float) -> dict[str, int | str]:
+def warm_up(run_sql, system: str, refs: dict[str, str], sf: float) -> dict[str, int | str]:
     """count(*) of every table (also checks each is readable) and one untimed Q6 (a lineitem scan)."""
     log(f"[{system}] warm-up: count(*) of every table, Q6 once")
     counts: dict[str, int | str] = {}
     for t, ref in refs.items():
         try:
-            counts[t] = spark.sql(f"SELECT count(*) FROM {ref}").collect()[0][0]
+            counts[t] = run_sql(f"SELECT count(*) FROM {ref}")[0][0]
         except Exception as e:  # noqa: BLE001 - recorded; the queries will show it too
             counts[t] = f"error: {error_line(e)}"
     try:
-        spark.sql(query_text(6, refs, sf)).collect()
+        run_sql(query_text(6, refs, sf))
     except Exception:  # noqa: BLE001 - the timed Q6 will record it
         pass
     return counts
 
 
 def run_queries(spark, refs: dict[str, dict[str, str]], numbers: list[int], repeats: int, sf: float,
-                timeout_s: float, postmaster: int | None) -> dict[str, SystemRun]:
+                timeout_s: float, postmaster: int | None, join_pushdown: dict[str, bool] | None = None,
+                duck=None) -> dict[str, SystemRun]:
     """Query by query, each system in turn runs it `repeats` times (the best counts).
 
     Interleaving the systems per query spreads any other load on the machine over all of them
     alike. Postgres server CPU and wall time are summed over each system's own query windows.
+    `join_pushdown`: Spark's DSv2 join pushdown per system (set before each of its queries);
+    `duck`: the DuckDB connection of system (d).
     """
+    join_pushdown = join_pushdown or {}
+
+    def runner(system: str):
+        if system == "duckdb":
+            return lambda text: run_duckdb(duck, text, timeout_s)
+
+        def spark_run(text: str):
+            if system in join_pushdown:
+                spark.conf.set(JOIN_PUSHDOWN, str(join_pushdown[system]).lower())
+            return run_one(spark, text, timeout_s)
+        return spark_run
+
     no_cpu = 0.0 if postmaster is not None else float("nan")  # nan: a remote server
-    runs = {s: SystemRun(s, {}, warm_up(spark, s, r, sf), no_cpu, 0.0, []) for s, r in refs.items()}
+    runs = {s: SystemRun(s, {}, warm_up(lambda text, s=s: runner(s)(text)[1], s, r, sf), no_cpu, 0.0, [])
+            for s, r in refs.items()}
     for q in numbers:
         for system, run in runs.items():
             text = query_text(q, refs[system], sf)
@@ -407,7 +465,7 @@ def run_queries(spark, refs: dict[str, dict[str, str]], numbers: list[int], repe
             cpu0, wall0 = postgres_cpu_seconds(postmaster), time.monotonic()
             for _ in range(repeats):
                 try:
-                    elapsed, rows, schema = run_one(spark, text, timeout_s)
+                    elapsed, rows, schema = runner(system)(text)
                 except Exception as e:  # noqa: BLE001 - a failing query is a result, not a crash
                     result.error, result.error_detail = error_line(e), str(e)[:4000]
                     break

@@ -33,6 +33,7 @@ from bench.runners import (
     geomean,
     htap_table_states,
     postmaster_pid,
+    duckdb_connection,
     register_parquet,
     run_queries,
     spark_session,
@@ -42,7 +43,8 @@ from bench.runners import (
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 PRIVATE_PG_PORT = 54330
-LABEL = {"htap": "(a) spark-htap replica", "jdbc": "(b) Spark JDBC catalog", "parquet": "(c) static Parquet"}
+LABEL = {"htap": "(a) spark-htap replica", "jdbc": "(b) Spark JDBC catalog", "parquet": "(c) static Parquet",
+         "duckdb": "(d) DuckDB over the Parquet copy"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,8 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor (default 1; 0.1 for a quick run)")
     p.add_argument("--queries", default="all", help="'all' (default) or e.g. '1,6,10-12'")
     p.add_argument("--repeats", type=int, help="runs per query, the best counts (default 3 below SF 1, else 1)")
-    p.add_argument("--systems", default="parquet,htap,jdbc",
-                   help="systems to run, in this order (default parquet,htap,jdbc)")
+    p.add_argument("--systems", default="parquet,htap,jdbc,duckdb",
+                   help="systems to run, in this order (default parquet,htap,jdbc,duckdb)")
     p.add_argument("--dsn", default=os.environ.get("HTAP_BENCH_DSN", DEFAULT_DSN),
                    help=f"libpq DSN of the Postgres to load and replicate (default $HTAP_BENCH_DSN or '{DEFAULT_DSN}')")
     p.add_argument("--private-postgres", action="store_true",
@@ -131,8 +133,8 @@ def machine_info(dsn: str) -> dict:
 def summarize(args, runs: dict[str, SystemRun]) -> tuple[list[dict], dict]:
     """Per-query records (times, check against the reference) and the geometric means."""
     per_query = []
-    ratios: dict[str, list[float]] = {"htap/jdbc": [], "htap/parquet": []}
-    used: dict[str, list[int]] = {"htap/jdbc": [], "htap/parquet": []}
+    ratios: dict[str, list[float]] = {"htap/jdbc": [], "htap/parquet": [], "htap/duckdb": []}
+    used: dict[str, list[int]] = {"htap/jdbc": [], "htap/parquet": [], "htap/duckdb": []}
     for q in args.queries:
         record: dict = {"query": q, "ordered": is_ordered(q)}
         for system, run in runs.items():
@@ -185,9 +187,10 @@ def _fmt(ratio: float | None) -> str:
 
 def print_table(args, runs: dict[str, SystemRun], per_query: list[dict], geo: dict) -> None:
     systems = list(runs)
-    head = f"{'query':>5} " + " ".join(f"{s + ' s':>10}" for s in systems) + f" {'a/b':>7} {'a/c':>7}  check"
+    head = f"{'query':>5} " + " ".join(f"{s + ' s':>10}" for s in systems) + f" {'a/b':>7} {'a/c':>7} {'a/d':>7}  check"
     print()
-    print(f"TPC-H SF {args.sf:g}, best of {args.repeats}; a = spark-htap replica, b = Spark JDBC, c = static Parquet")
+    print(f"TPC-H SF {args.sf:g}, best of {args.repeats}; a = spark-htap replica, b = Spark JDBC, c = static Parquet,"
+          " d = DuckDB over the Parquet copy")
     print(head)
     print("-" * len(head))
     for rec in per_query:
@@ -197,12 +200,13 @@ def print_table(args, runs: dict[str, SystemRun], per_query: list[dict], geo: di
             cells.append(f"{best:>10.2f}" if best is not None else f"{'FAILED':>10}")
         ab = _fmt(rec.get("ratio_htap_jdbc"))
         ac = _fmt(rec.get("ratio_htap_parquet"))
+        ad = _fmt(rec.get("ratio_htap_duckdb"))
         problems = [f"{s}: {c}" for s, c in rec["check"].items() if c not in ("equal", "reference")]
         print(f"{'Q' + str(rec['query']):>5} " + " ".join(cells)
-              + f" {ab:>7} {ac:>7}  "
+              + f" {ab:>7} {ac:>7} {ad:>7}  "
               + ("; ".join(problems) if problems else "ok"))
     print("-" * len(head))
-    for pair, label in (("htap/jdbc", "a/b"), ("htap/parquet", "a/c")):
+    for pair, label in (("htap/jdbc", "a/b"), ("htap/parquet", "a/c"), ("htap/duckdb", "a/d")):
         g = geo[pair]
         if g["geomean"] is not None:
             speed = f"{1 / g['geomean']:.2f}x faster" if g["geomean"] < 1 else f"{g['geomean']:.2f}x slower"
@@ -244,7 +248,7 @@ def run(args: argparse.Namespace, started: float) -> int:
     counts = data.row_counts(args.dsn)
     bounds = data.key_bounds(args.dsn)
     parquet_files = data.export_parquet(args.dsn, marker, args.work / "parquet" / f"sf{args.sf:g}") \
-        if "parquet" in args.systems else {}
+        if "parquet" in args.systems or "duckdb" in args.systems else {}
     jdbc = JdbcSettings.from_dsn(args.dsn, args.jdbc_partitions, args.jdbc_fetch_size, args.jdbc_join_pushdown)
     replica = Replica(args.work / "htap", args.dsn)
     spark = None
@@ -255,13 +259,17 @@ def run(args: argparse.Namespace, started: float) -> int:
         log("Spark: starting one local session with the catalog shim and the PostgreSQL JDBC driver")
         spark, spark_conf = spark_session(replica.config, jdbc, args.driver_memory, args.shuffle_partitions,
                                           need_jdbc="jdbc" in args.systems)
-        if parquet_files:
+        if parquet_files and "parquet" in args.systems:
             register_parquet(spark, parquet_files)
+        duck = duckdb_connection(parquet_files, os.cpu_count()) if "duckdb" in args.systems else None
         refs = {s: table_refs(s, bounds, jdbc) for s in args.systems}
         for s in args.systems:
             log(f"[{s}] {LABEL[s]}, e.g. {refs[s]['lineitem']}")
         log(f"running {len(args.queries)} queries, best of {args.repeats}, each on {', '.join(args.systems)} in turn")
-        runs = run_queries(spark, refs, args.queries, args.repeats, args.sf, args.timeout, postmaster)
+        # The replica with Spark's join pushdown on (joins run inside its scans); JDBC as asked.
+        join_pushdown = {"htap": True, "jdbc": args.jdbc_join_pushdown, "parquet": False}
+        runs = run_queries(spark, refs, args.queries, args.repeats, args.sf, args.timeout, postmaster,
+                           join_pushdown=join_pushdown, duck=duck)
         htap_tables = htap_table_states(spark) if "htap" in args.systems else None
     finally:
         if spark is not None:

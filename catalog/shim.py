@@ -101,6 +101,9 @@ def spark_conf(catalog: str, config_path: str | os.PathLike, source: str | None 
         "spark.sql.extensions": EXTENSIONS_CLASS,
         f"spark.sql.catalog.{catalog}": CATALOG_CLASS,
         f"spark.sql.catalog.{catalog}.config": str(Path(config_path).resolve()),
+        # Joins between HTAP tables of one source run inside one replica scan (off by default in
+        # Spark): SupportsPushDownJoin in the shim's scan builder.
+        "spark.sql.optimizer.datasourceV2JoinPushdown": "true",
         # Executors and the planning worker must run a Python that has spark-htap installed.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,

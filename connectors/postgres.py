@@ -337,6 +337,9 @@ class PostgresSource(ChangeSource, QueryableSource):
     def read(self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
         return read_query(self.config.dsn, self.render(table, subplan), output, snapshot)
 
+    def read_query(self, query: str, output: pa.Schema, snapshot: str | None, what: str) -> Iterator[pa.RecordBatch]:
+        return read_query(self.config.dsn, query, output, snapshot)
+
     def split_points(self, table: SourceTable, range_rows: int) -> list:
         """From the planner's statistics (pg_stats histogram of the first key column, pg_class
         row estimate): no scan. None until the table was analyzed (autovacuum does it)."""

@@ -93,6 +93,32 @@ class QueryableSource(ABC):
         """The subplan's rows from the source as Arrow batches of `output`, at `snapshot` (a
         `SourceSnapshot.name`) when given."""
 
+    def render_joined(self, tables: list[SourceTable], subplan: PushedSubplan) -> str:
+        """A joined scan's subplan (htap.rewrite.subplan `join`) as one query of this source: each
+        table's relation with its own filters and columns, joined, then the aggregate, order and
+        limit — what the replica computes in DuckDB."""
+        join = subplan.join
+        if join is None or len(join.tables) != len(tables):
+            raise SourceError("render_joined needs a joined subplan and its tables")
+        relations = [
+            render.table_relation(
+                render.select(j.subplan, self.relation(t), [c.name for c in t.columns]), i
+            )
+            for i, (t, j) in enumerate(zip(tables, join.tables))
+        ]
+        return dialects.for_source(render.joined_select(subplan, relations), self.dialect).sql(self.dialect)
+
+    def read_joined(
+        self, tables: list[SourceTable], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """A joined scan's rows from the source (one statement) as Arrow batches of `output`."""
+        return self.read_query(self.render_joined(tables, subplan), output, snapshot,
+                               what=" JOIN ".join(t.qualified_name for t in tables))
+
+    def read_query(self, query: str, output: pa.Schema, snapshot: str | None, what: str) -> Iterator[pa.RecordBatch]:
+        """Rows of a query this source renders (positionally as `output`), at `snapshot` when given."""
+        raise SourceError(f"source {self.config.name} cannot answer joined scans")
+
     @abstractmethod
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         """None if the source role `user` may read those columns, else why not (the replica
@@ -145,6 +171,12 @@ class ThroughOrigin(QueryableSource):
 
     def read(self, table, subplan, output, snapshot=None):
         return self.inner.read(self.source_table(table), subplan, output, snapshot)
+
+    def render_joined(self, tables, subplan) -> str:
+        return self.inner.render_joined([self.source_table(t) for t in tables], subplan)
+
+    def read_query(self, query, output, snapshot, what):
+        return self.inner.read_query(query, output, snapshot, what)
 
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         return self.inner.check_select(user, table, columns)

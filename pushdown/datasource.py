@@ -142,6 +142,38 @@ class ReplicaPartition(InputPartition):
 
 
 @dataclass(frozen=True)
+class JoinedTablePart:
+    """One table of a joined scan in one task: the partition reads it does at the seq."""
+
+    table_id: int
+    label: str
+    schema_b64: str
+    key: tuple[str, ...]
+    plans: tuple["ReadPlan", ...]
+
+
+@dataclass(frozen=True)
+class JoinedPartition(InputPartition):
+    """A task of a joined scan on the replica: every table's reads, one DuckDB query."""
+
+    config: str
+    warehouse: str
+    tables: tuple[JoinedTablePart, ...]
+    pushed: str | None
+
+
+@dataclass(frozen=True)
+class JoinedSourcePartition(InputPartition):
+    """A joined scan answered by the source: the whole pushed subplan as one source query."""
+
+    config: str
+    source: str
+    table_ids: tuple[int, ...]
+    pushed: str | None
+    snapshot: str | None
+
+
+@dataclass(frozen=True)
 class SourcePartition(InputPartition):
     """A scan answered by the source itself (failover / fallback)."""
 
@@ -164,12 +196,14 @@ class HtapDataSource(DataSource):
         opts = ScanOptions.parse(self.options)
         if is_system_table(opts.schema, opts.table):
             return spark_ddl(SCHEMAS[opts.table])
+        from htap.replica.partitions import decode_bounds, partition_count
+
         _, store, table = _open(opts)
         try:
             _deltas, rows, size = store.delta_stats(table.id)
         finally:
             store.close()
-        return spark_ddl(table.arrow_schema, (rows, size))
+        return spark_ddl(table.arrow_schema, (rows, size, partition_count(decode_bounds(table.partition_bounds_b64))))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from htap.pushdown.system_tables import is_system_table
@@ -239,6 +273,9 @@ class HtapReader(DataSourceReader):
         self.schema = schema
         try:
             subplan = PushedSubplan.from_json(opts.pushed)
+            if subplan.join is not None:
+                self._plan_join(opts, cfg, store, subplan)
+                return
             if opts.user:  # a round trip to the source: before the scan's metadata transaction
                 denied = check_access(source, opts.user, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
                 if denied:
@@ -275,6 +312,58 @@ class HtapReader(DataSourceReader):
         finally:
             store.close()
 
+    def _plan_join(self, opts: ScanOptions, cfg, store, subplan) -> None:
+        """A scan with joins pushed into it: all its tables routed, pinned and recorded in one
+        metadata transaction; one task, or one per partition of the split table (its others
+        read whole in every task); on the source, one query at the query's snapshot."""
+        from htap.pushdown.planning import ScanRequest, plan_scans
+        from htap.pushdown.routing import ROUTE_REPLICA
+        from htap.pushdown.source_reader import check_access
+        from htap.pushdown.source_snapshot import export_held_snapshot
+
+        source = cfg.source(opts.source)
+        join = subplan.join
+        tables = []
+        for name in join.table_names():
+            schema_name, table_name = name.split(".", 1)
+            try:
+                tables.append(store.get_table(source.name, schema_name, table_name))
+            except NoSuchTableError as e:
+                raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
+        if opts.user:  # round trips to the source: before the scan's metadata transaction
+            for table, joined in zip(tables, join.tables):
+                columns = sorted(joined.subplan.referenced_columns() or [c.name for c in table.columns])
+                denied = check_access(source, opts.user, table, columns)
+                if denied:
+                    raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
+        requests = [
+            ScanRequest(
+                source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
+                as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot, snapshot_token=opts.snapshot_token,
+                snapshot_tables=opts.snapshot_tables,
+            )
+            for t in tables
+        ]
+        plans = plan_scans(store, requests, [j.subplan for j in join.tables], window_s=cfg.window_s,
+                           pin_ttl_s=cfg.pin_ttl_s, export=lambda: export_held_snapshot(str(cfg.path), source.name))
+        if plans[0].route.target != ROUTE_REPLICA:
+            self._partitions = [JoinedSourcePartition(str(cfg.path), source.name, tuple(p.table.id for p in plans),
+                                                      opts.pushed, plans[0].source_snapshot)]
+            return
+
+        def part(plan, reads) -> JoinedTablePart:
+            t = plan.table
+            return JoinedTablePart(t.id, f"{t.source}.{t.qualified_name}", t.arrow_schema_b64, t.key, tuple(reads))
+
+        if join.split is None:
+            tasks = [tuple(part(p, p.reads) for p in plans)]
+        else:
+            tasks = [
+                tuple(part(p, (read,) if i == join.split else p.reads) for i, p in enumerate(plans))
+                for read in plans[join.split].reads
+            ]
+        self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed) for task in tasks]
+
     def partitions(self) -> list[InputPartition]:
         return list(self._partitions)
 
@@ -282,8 +371,14 @@ class HtapReader(DataSourceReader):
         if isinstance(partition, SourcePartition):
             yield from self._read_source(partition)
             return
+        if isinstance(partition, JoinedSourcePartition):
+            yield from self._read_joined_source(partition)
+            return
         try:
-            yield from self._read(partition)
+            if isinstance(partition, JoinedPartition):
+                yield from self._read_joined(partition)
+            else:
+                yield from self._read(partition)
         except DamagedReplicaError as e:
             # A missing or corrupt file (and only that): mark the table so queries fail over
             # instead of failing again, until a re-check finds its files intact.
@@ -291,9 +386,60 @@ class HtapReader(DataSourceReader):
             from htap.replica.health import mark_damaged
             from htap.replica.metadata import MetadataStore
 
+            if isinstance(partition, JoinedPartition):
+                ids = [t.table_id for t in partition.tables if f"(table {t.label})" in str(e)]
+            else:
+                ids = [partition.table_id]
             with MetadataStore(load_config(partition.config).metadata) as store:
-                mark_damaged(store, partition.table_id, e)
+                for table_id in ids:
+                    mark_damaged(store, table_id, e)
             raise
+
+    def _read_joined(self, partition: "JoinedPartition") -> Iterator:
+        import contextlib
+
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from htap.conf import load_config
+        from htap.pushdown.replica_reader import JoinedTableRead, read_joined
+        from htap.replica.leases import kept, renewed_plan
+        from htap.replica.metadata import MetadataStore
+        from htap.replica.models import TableInfo
+        from htap.replica.warehouse import open_warehouse
+        from htap.rewrite.subplan import PushedSubplan
+
+        cfg = load_config(partition.config)
+        with MetadataStore(cfg.metadata) as store:  # every read's lease renewed while the task reads
+            renewed = [tuple(renewed_plan(store, t.table_id, p, cfg.pin_ttl_s, cfg.window_s) for p in t.plans)
+                       for t in partition.tables]
+        reads = [
+            JoinedTableRead(t.label, TableInfo.decode_schema(t.schema_b64), list(t.key), plans)
+            for t, plans in zip(partition.tables, renewed)
+        ]
+        with contextlib.ExitStack() as leases:
+            for lease in {p.lease for plans in renewed for p in plans if p.lease is not None}:
+                leases.enter_context(kept(str(cfg.metadata), lease, cfg.pin_ttl_s))
+            yield from read_joined(open_warehouse(cfg), reads, PushedSubplan.from_json(partition.pushed),
+                                   to_arrow_schema(self.schema, timezone="UTC"))
+
+    def _read_joined_source(self, partition: "JoinedSourcePartition") -> Iterator:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from htap.conf import load_config
+        from htap.pushdown import partials
+        from htap.pushdown.source_reader import read_joined_source
+        from htap.replica.metadata import MetadataStore
+        from htap.rewrite.subplan import PushedSubplan
+
+        cfg = load_config(partition.config)
+        with MetadataStore(cfg.metadata) as store:
+            tables = [store.table_by_id(i) for i in partition.table_ids]
+        subplan = PushedSubplan.from_json(partition.pushed)
+        output = to_arrow_schema(self.schema, timezone="UTC")
+        sums = partials.decimal_sums(subplan, output)
+        for batch in read_joined_source(cfg.source(partition.source), tables, subplan, partials.wide(output, sums),
+                                        partition.snapshot):
+            yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read_source(self, partition: "SourcePartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema

@@ -28,8 +28,8 @@ EXACT = decimal.Context(prec=80)  # Python's default context rounds to 28 digits
 def decimal_sums(subplan: PushedSubplan, output: pa.Schema) -> list[int]:
     """Output positions of the subplan's SUMs whose Spark type is a decimal of fewer than 38
     digits (a 38-digit sum is computed in 38 digits: it cannot exceed its type)."""
-    if not subplan.aggregating:
-        return []
+    if not subplan.aggregating or subplan.complete:
+        return []  # a complete aggregate is final: reported in Spark's own (wider) SUM type
     first = len(subplan.group_by)
     return [
         first + i for i, a in enumerate(subplan.aggregates)

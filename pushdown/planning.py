@@ -69,20 +69,54 @@ def plan_scan(
 ) -> ScanPlan:
     """Route and pin one scan in one metadata transaction. `export` exports a source snapshot
     (called outside the transaction, only when the query reads the source and has none yet)."""
+    return plan_scans(store, [req], [subplan], window_s=window_s, pin_ttl_s=pin_ttl_s, export=export, now=now)[0]
+
+
+def plan_scans(
+    store: MetadataStore,
+    reqs: list[ScanRequest],
+    subplans: list[PushedSubplan],
+    *,
+    window_s: float,
+    pin_ttl_s: float,
+    export: Callable[[], str],
+    now: Callable[[], float] = time.time,
+) -> list[ScanPlan]:
+    """Route and pin the tables of one scan (several when joins were pushed into it) in one
+    metadata transaction: every table is pinned and its route recorded there. A joined scan is
+    one query, so its tables all read the replica at one seq or all the source in one statement
+    (at the query's exported snapshot when it has one) — never a mix."""
     exported = None
     for _ in range(2):
         try:
             with store.transaction():
-                table = store.get_table(req.source, req.schema, req.table)
-                route, snapshot = _route(store, req, table, window_s, now(), exported)
-                reads: tuple[ReadPlan, ...] = ()
-                if route.target == ROUTE_REPLICA:
-                    reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, subplan))
-                store.record_scan(table.id, route.target, route.seq, subplan.to_dict(), route.reason)
-                return ScanPlan(table, route, reads, snapshot)
+                tables = [store.get_table(r.source, r.schema, r.table) for r in reqs]
+                routed = [_route(store, r, t, window_s, now(), exported) for r, t in zip(reqs, tables)]
+                if len({route.target for route, _ in routed}) > 1:
+                    # No query snapshot decided for all (a lone scan): one source statement reads them all.
+                    why = next(route.reason for route, _ in routed if route.target == ROUTE_SOURCE)
+                    snapshot = next((s for route, s in routed if route.target == ROUTE_SOURCE), None)
+                    routed = [
+                        (route if route.target == ROUTE_SOURCE else
+                         Route(ROUTE_SOURCE, None, f"a table joined with it must come from the source ({why})"), snapshot)
+                        for route, _ in routed
+                    ]
+                seqs = {route.seq for route, _ in routed if route.target == ROUTE_REPLICA}
+                if len(seqs) > 1:  # lone scans (no query snapshot) of several tables: their common seq
+                    common = min(seqs)
+                    routed = [(Route(route.target, common, route.reason), s) for route, s in routed]
+                plans = []
+                for req, table, (route, snapshot), subplan in zip(reqs, tables, routed, subplans):
+                    reads: tuple[ReadPlan, ...] = ()
+                    if route.target == ROUTE_REPLICA:
+                        reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, subplan))
+                    store.record_scan(table.id, route.target, route.seq, subplan.to_dict(), route.reason)
+                    plans.append(ScanPlan(table, route, reads, snapshot))
+                return plans
         except _NeedsExport:
             exported = export()  # a round trip to the source: never inside the transaction
-    raise RoutingError(f"{req.schema}.{req.table}: no source snapshot could be fixed for the query")  # pragma: no cover
+    names = ", ".join(f"{r.schema}.{r.table}" for r in reqs)
+    raise RoutingError(f"{names}: no source snapshot could be fixed for the query")  # pragma: no cover
 
 
 def _route(

@@ -63,10 +63,7 @@ def replica_sql(
     latest = current_rows_sql(files, key, all_columns, needed, seq, floor=floor, partial=partial, strategy=strategy,
                               key_conditions=conditions)
     current = sqlglot.parse_one(latest, read="duckdb")
-    rest = PushedSubplan(
-        columns=subplan.columns, filters=tuple(row_filters), group_by=subplan.group_by, aggregates=subplan.aggregates,
-        where=subplan.where,
-    )
+    rest = dataclasses.replace(subplan, filters=tuple(row_filters))
     return render.select(rest, current.subquery("cur"), all_columns).sql("duckdb")
 
 
@@ -97,12 +94,19 @@ def read_replica(
     if files is None:
         files = {name: None for p in delta_paths for name in (p, dv.sidecar(p))}
     with warehouse.local(files) as root:
-        yield from _read_local(root, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, output_schema,
-                               floor=floor, partial=partial, strategy=strategy, delta_versions=delta_versions,
-                               added_versions=added_versions)
+        con = engine.cursor(exact_floats=engine.has_floats(table_schema))
+        try:
+            sql, local = partition_query(
+                con, root, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, floor=floor,
+                partial=partial, strategy=strategy, delta_versions=delta_versions, added_versions=added_versions,
+            )
+            yield from _run(con, sql, output_schema, subplan, {table_label: local})
+        finally:
+            con.close()
 
 
-def _read_local(
+def partition_query(
+    con: duckdb.DuckDBPyConnection,
     root: Path,
     warehouse: Warehouse,
     table_label: str,
@@ -111,20 +115,21 @@ def _read_local(
     delta_paths: list[str],
     seq: int,
     subplan: PushedSubplan,
-    output_schema: pa.Schema,
     *,
     floor: int | None,
     partial: bool,
     strategy: str,
     delta_versions: list[int] | None,
     added_versions: dict[str, int] | None,
-) -> Iterator[pa.RecordBatch]:
-    """`read_replica` over local copies of the files (`<root>/<relative path>`)."""
+    name: str = "__visible",
+) -> tuple[str, list[str]]:
+    """The DuckDB query of one partition read at `seq` with `subplan` applied, over local copies
+    of the files (`<root>/<relative path>`), and those local files. `con` may get temporary views
+    and relations named after `name` (unique per partition read of one query)."""
     files = [str(root / p) for p in delta_paths]
     for p, f in zip(delta_paths, files):
         if not Path(f).is_file():
             raise damaged(table_label, f"delta file {warehouse.url(p)} is missing")
-    con = engine.cursor(exact_floats=engine.has_floats(table_schema))
     if files and evolved(delta_versions, added_versions):
         source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
         strategy = "merge"
@@ -138,30 +143,94 @@ def _read_local(
             visible = dv.visible_source(con, root, delta_paths, seq, needed)
             if visible is not None:
                 try:
-                    con.execute(f"CREATE OR REPLACE TEMP VIEW __visible AS SELECT * FROM {visible}")  # this cursor's own
-                    source, strategy = "__visible", "direct"
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {visible}")  # this cursor's own
+                    source, strategy = name, "direct"
                 except duckdb.Error:
                     pass  # a file went bad since it was checked: the merge reports it
     else:
-        con.register("__no_deltas", pa.Table.from_batches([], schema=delta_schema(table_schema)))
-        source, strategy = "__no_deltas", "merge"
+        empty = f"{name}_no_deltas"
+        con.register(empty, pa.Table.from_batches([], schema=delta_schema(table_schema)))
+        source, strategy = empty, "merge"
     sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial, strategy=strategy)
+    return sql, files
+
+
+def _run(con, sql: str, output_schema: pa.Schema, subplan: PushedSubplan, files: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
+    """Run `sql` and stream its batches as `output_schema`; a failure is damage only if a file of
+    some table (`files`: table label -> its local files) is missing or corrupt."""
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:
             yield from _conform(batch, output_schema, subplan)
     except duckdb.Error as e:
-        con.close()
         # Damage only if a file is: our own query failing on intact files is a bug, not damage.
-        problem = first_damage(files)
-        if problem:
-            raise damaged(table_label, problem) from e
+        for label, table_files in files.items():
+            problem = first_damage(table_files)
+            if problem:
+                raise damaged(label, problem) from e
         raise InternalQueryError(
-            f"the replica query of table {table_label} failed on intact files (a spark-htap bug; please report it"
+            f"the replica query of {', '.join(files)} failed on intact files (a spark-htap bug; please report it"
             f" with this line): {str(e).splitlines()[0]}"
         ) from e
-    finally:
-        con.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinedTableRead:
+    """One table of a joined scan as a task reads it: the partitions it reads at the seq."""
+
+    label: str
+    schema: pa.Schema
+    key: list[str]
+    plans: tuple[ReadPlan, ...]
+
+
+def _plan_files(plan: ReadPlan) -> dict[str, str | None]:
+    if plan.files:
+        return dict(plan.files)
+    return {name: None for p in plan.delta_paths for name in (p, dv.sidecar(p))}
+
+
+def read_joined(
+    warehouse: Warehouse | Path, tables: list[JoinedTableRead], subplan: PushedSubplan, output_schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """A joined scan in one DuckDB query: each table's current rows at the seq (its partitions'
+    reads, each with the table's own filters and columns) as a temporary view, joined, then
+    the aggregate, order and limit above the join (htap.rewrite.render.joined_select)."""
+    join = subplan.join
+    assert join is not None and len(join.tables) == len(tables)
+    warehouse = as_warehouse(warehouse)
+    needed: dict[str, str | None] = {}
+    for t in tables:
+        for plan in t.plans:
+            needed.update(_plan_files(plan))
+    with warehouse.local(needed) as root:
+        con = engine.cursor(exact_floats=any(engine.has_floats(t.schema) for t in tables))
+        files: dict[str, list[str]] = {}
+        try:
+            relations = []
+            for i, (t, joined) in enumerate(zip(tables, join.tables)):
+                own = joined.subplan
+                parts = []
+                for j, plan in enumerate(t.plans):
+                    sql, local = partition_query(
+                        con, root, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own,
+                        floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
+                        delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
+                        name=f"__visible_{i}_{j}",
+                    )
+                    parts.append(f"({sql})")
+                    files.setdefault(t.label, []).extend(local)
+                if not parts:  # every partition pruned by the table's own key filters
+                    columns = list(own.columns) if own.columns is not None else t.schema.names
+                    empty = pa.Table.from_batches([], schema=pa.schema([t.schema.field(c) for c in columns]))
+                    con.register(f"__empty_{i}", empty)
+                    parts.append(f"(SELECT * FROM __empty_{i})")
+                con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
+                relations.append(sqlglot.exp.to_table(f"__table_{i}").as_(render.table_alias(i), quoted=True))
+            sql = render.joined_select(subplan, relations).sql("duckdb")
+            yield from _run(con, sql, output_schema, subplan, files)
+        finally:
+            con.close()
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema, subplan: PushedSubplan) -> Iterator[pa.RecordBatch]:

@@ -28,6 +28,13 @@ def read_source(
     return open_queryable(source).read(table, subplan, output, snapshot)
 
 
+def read_joined_source(
+    source: SourceConfig, tables: list[TableInfo], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+) -> Iterator[pa.RecordBatch]:
+    """A joined scan's whole subplan as one query of the source (one statement: one snapshot)."""
+    return open_queryable(source).read_joined(tables, subplan, output, snapshot)
+
+
 def check_access(source: SourceConfig, user: str, table: TableInfo, columns: list[str]) -> str | None:
     """None if the source user may read those columns, else the reason (the replica never widens access)."""
     return open_queryable(source).check_select(user, table, columns)

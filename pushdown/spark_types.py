@@ -38,13 +38,14 @@ def spark_type(t: pa.DataType) -> str:
 STATS_COMMENT = "htap.stats:"  # keep in sync with HtapCatalog.java
 
 
-def spark_ddl(schema: pa.Schema, stats: tuple[int, int] | None = None) -> str:
+def spark_ddl(schema: pa.Schema, stats: tuple[int, ...] | None = None) -> str:
     """A Spark DDL string for the schema; every column nullable (Spark only trusts the reader).
 
-    `stats` (row versions, bytes of the live deltas) ride on the first column's comment: the
+    `stats` (row versions, bytes of the live deltas, and partitions when known) ride on the first column's comment: the
     shim takes them off again (HtapCatalog) and reports them to Spark's optimizer
     (SupportsReportStatistics), without another round trip to Python."""
     columns = [f"`{f.name.replace('`', '``')}` {spark_type(f.type)}" for f in schema]
     if stats is not None and columns:
-        columns[0] += f" COMMENT '{STATS_COMMENT}rows={int(stats[0])};bytes={int(stats[1])}'"
+        parts = f";parts={int(stats[2])}" if len(stats) > 2 else ""
+        columns[0] += f" COMMENT '{STATS_COMMENT}rows={int(stats[0])};bytes={int(stats[1])}{parts}'"
     return ", ".join(columns)

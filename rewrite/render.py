@@ -10,13 +10,19 @@ import datetime as dt
 
 from sqlglot import exp
 
-from htap.rewrite.subplan import Aggregate, Expr, Literal, Predicate, PushedSubplan, SubplanError
+from htap.rewrite.subplan import Aggregate, Expr, Literal, Predicate, PushedSubplan, SortKey, SubplanError
 
 _CMP = {"eq": exp.EQ, "eq_null_safe": exp.NullSafeEQ, "gt": exp.GT, "ge": exp.GTE, "lt": exp.LT, "le": exp.LTE}
 
 
-def column(name: str) -> exp.Column:
-    return exp.column(name, quoted=True)
+def column(name: str, table: int | None = None) -> exp.Column:
+    """A column; in a joined scan qualified by its table's alias (`table_alias`)."""
+    return exp.column(name, table=None if table is None else table_alias(table), quoted=True)
+
+
+def table_alias(position: int) -> str:
+    """The alias of the table at `position` of a joined scan."""
+    return f"t{position}"
 
 
 def literal(lit: Literal) -> exp.Expression:
@@ -109,7 +115,7 @@ def expr(e: Expr) -> exp.Expression:
     """A typed expression. Arithmetic and literals are cast to their Spark type, so every
     target computes in Spark's precision and scale (exact: V2Json passes only exact operations)."""
     if e.form == "col":
-        return column(e.name)
+        return column(e.name, e.table)
     if e.form == "lit":
         lit = literal(e.value)
         if e.value.type in ("string", "boolean") or not e.type or e.type == "void":
@@ -167,6 +173,8 @@ def expr(e: Expr) -> exp.Expression:
 def aggregate(a: Aggregate) -> exp.Expression:
     if a.fn == "count_star":
         return exp.Count(this=exp.Star())
+    if a.fn == "count_distinct":
+        return exp.Count(this=exp.Distinct(expressions=[expr(a.input)]))
     fn = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Max}[a.fn]
     return fn(this=expr(a.input))
 
@@ -175,9 +183,10 @@ def select(subplan: PushedSubplan, source: exp.Expression, all_columns: list[str
     """SELECT the subplan's output from `source` (a table or subquery holding current rows)."""
     if subplan.needs_no_column:
         raise SubplanError("a subplan that selects no column cannot be rendered: use subplan.carrying_rows(column)")
+    if subplan.join is not None:
+        raise SubplanError("a joined subplan is rendered by joined_select")
     if subplan.aggregating:
-        outputs = [expr(g) if g.form == "col" else expr(g).as_(f"group{i}", quoted=True) for i, g in enumerate(subplan.group_by)]
-        outputs += [aggregate(a).as_(f"agg{i}", quoted=True) for i, a in enumerate(subplan.aggregates)]
+        outputs = _aggregate_outputs(subplan)
     else:
         outputs = [column(c) for c in (subplan.columns if subplan.columns is not None else all_columns)]
     q = exp.select(*outputs).from_(source)
@@ -185,6 +194,69 @@ def select(subplan: PushedSubplan, source: exp.Expression, all_columns: list[str
         q = q.where(predicate(f), copy=False)
     for w in subplan.where:
         q = q.where(exp.paren(expr(w), copy=False), copy=False)
+    return _top(q, subplan, named=False)
+
+
+def joined_select(subplan: PushedSubplan, relations: list[exp.Expression]) -> exp.Select:
+    """A joined scan: `relations[i]` holds the rows of `subplan.join.tables[i]` (its own filters and
+    columns applied), aliased `table_alias(i)`; joined in order, then the outputs, grouping,
+    ordering and limit above the join. Outputs are named c0, c1, ... (read by position)."""
+    join = subplan.join
+    if join is None or len(relations) != len(join.tables):
+        raise SubplanError("joined_select needs a joined subplan and one relation per table")
+    if subplan.aggregating:
+        outputs = _aggregate_outputs(subplan, named=True)
+    else:
+        outputs = [expr(e).as_(f"c{i}", quoted=True) for i, e in enumerate(subplan.select)]
+    if not outputs:
+        raise SubplanError("a joined subplan selects no column")
+    q = exp.select(*outputs).from_(relations[0])
+    for step, relation in zip(join.steps, relations[1:]):
+        q = q.join(relation, on=exp.paren(expr(step.on), copy=False), join_type=step.type, copy=False)
+    return _top(q, subplan, named=True)
+
+
+def table_relation(query: exp.Query, position: int) -> exp.Expression:
+    """A table's rows (a query) as the relation of a joined scan at `position`."""
+    return query.subquery(table_alias(position), copy=False)
+
+
+def _aggregate_outputs(subplan: PushedSubplan, named: bool = False) -> list[exp.Expression]:
+    outputs = [
+        expr(g) if g.form == "col" and not named else expr(g).as_(f"group{i}", quoted=True)
+        for i, g in enumerate(subplan.group_by)
+    ]
+    return outputs + [aggregate(a).as_(f"agg{i}", quoted=True) for i, a in enumerate(subplan.aggregates)]
+
+
+def _top(q: exp.Select, subplan: PushedSubplan, named: bool) -> exp.Select:
+    """GROUP BY, ORDER BY and LIMIT of the subplan onto `q`."""
     if subplan.group_by:
         q = q.group_by(*(expr(g) for g in subplan.group_by), copy=False)
+    if subplan.order:
+        q = q.order_by(*(_ordered(k, subplan, named) for k in subplan.order), copy=False)
+    if subplan.limit is not None:
+        q = q.limit(subplan.limit, copy=False)
     return q
+
+
+def _output_name(subplan: PushedSubplan, position: int, named: bool) -> str:
+    """The name an aggregating subplan's output at `position` has in the rendered SELECT."""
+    groups = len(subplan.group_by)
+    if position >= groups + len(subplan.aggregates) or position < 0:
+        raise SubplanError(f"sort key names output {position}, which the subplan does not have")
+    if position >= groups:
+        return f"agg{position - groups}"
+    g = subplan.group_by[position]
+    return g.name if g.form == "col" and not named else f"group{position}"
+
+
+def _ordered(k: SortKey, subplan: PushedSubplan, named: bool) -> exp.Ordered:
+    """A sort key with Spark's direction and NULL placement spelled out (engines differ in
+    defaults). An output is named, not numbered: a dialect may wrap the key in an expression
+    (MySQL's NULL placement), where a number would be a constant."""
+    if k.output is not None:
+        target = exp.column(_output_name(subplan, k.output, named), quoted=True)
+    else:
+        target = expr(k.expr)
+    return exp.Ordered(this=target, desc=not k.asc, nulls_first=k.nulls_first)

@@ -25,10 +25,24 @@ Spark result type (`int`, `decimal(12,2)`, `string`, ...), which renderers cast 
            | {"op": OP, "type": t, "args": [<vexpr>, ...]}  (+ "field" for "extract")
   OP: = <> <=> < <= > >= AND OR NOT IS_NULL IS_NOT_NULL IN STARTS_WITH ENDS_WITH CONTAINS
       + - * NEG CASE_WHEN COALESCE SUBSTRING extract cast
+
+Top-N and limit (Spark's SupportsPushDownTopN / Limit; per task unless the scan is one task):
+  "order": [{"expr": <vexpr>} | {"output": k}, "asc": bool, "nulls_first": bool}, ...]
+  "limit": n                                                # k: position among the outputs
+  "complete": true                                          # the aggregate is final (one task)
+
+Joins pushed into one scan (Spark's SupportsPushDownJoin; catalog/java/.../JoinedTables.java):
+  "join": {"tables": [{"table": "schema.name", "pushed": {"filters", "where", "columns"}}, ...],
+           "steps": [{"type": "inner"|"left"|"right", "on": <vexpr>}, ...],  # steps[k-1] joins
+           "split": i}                                      # tables[k] onto tables[0..k-1]
+  "select": [<vexpr>, ...]                                  # the outputs when not aggregating
+Every column above the tables (on, select, group_by, aggregates, order) names its table:
+{"col": c, "table": i, "type": t}; `split` (optional) is the table whose partitions are the tasks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -37,7 +51,8 @@ from htap.errors import HtapError
 COMPARISONS = ("eq", "eq_null_safe", "gt", "ge", "lt", "le")
 STRING_MATCHES = ("starts_with", "ends_with", "contains")
 LITERAL_TYPES = ("null", "boolean", "long", "double", "decimal", "string", "date", "timestamp", "timestamp_ntz")
-AGGREGATE_FUNCTIONS = ("count_star", "count", "sum", "min", "max")
+AGGREGATE_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "min", "max")
+JOIN_TYPES = ("inner", "left", "right")
 EXPRESSION_OPS = (
     "=", "<>", "<=>", "<", "<=", ">", ">=", "AND", "OR", "NOT", "IS_NULL", "IS_NOT_NULL", "IN",
     "STARTS_WITH", "ENDS_WITH", "CONTAINS", "+", "-", "*", "NEG", "CASE_WHEN", "COALESCE", "SUBSTRING",
@@ -80,6 +95,7 @@ class Expr:
     value: Literal | None = None  # lit
     args: tuple["Expr", ...] = ()
     field: str | None = None  # extract: YEAR, MONTH, DAY, QUARTER
+    table: int | None = None  # col in a joined scan: the table's position in the join
 
     @classmethod
     def column(cls, name: str, type: str = "") -> "Expr":
@@ -104,6 +120,36 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class SortKey:
+    expr: Expr | None  # an expression over the scan's columns, or
+    output: int | None  # the position of an output (after a pushed aggregate)
+    asc: bool = True
+    nulls_first: bool = True
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    type: str  # inner | left | right
+    on: Expr
+
+
+@dataclass(frozen=True)
+class JoinedTable:
+    name: str  # schema.table
+    subplan: "PushedSubplan"  # its own columns, filters and where
+
+
+@dataclass(frozen=True)
+class PushedJoin:
+    tables: tuple[JoinedTable, ...]
+    steps: tuple[JoinStep, ...]  # steps[k - 1] joins tables[k] onto tables[0..k-1]
+    split: int | None = None  # the table whose partitions become the tasks; None: one task
+
+    def table_names(self) -> list[str]:
+        return [t.name for t in self.tables]
+
+
+@dataclass(frozen=True)
 class PushedSubplan:
     columns: tuple[str, ...] | None = None  # None: every column
     filters: tuple[Predicate, ...] = ()
@@ -111,6 +157,11 @@ class PushedSubplan:
     aggregates: tuple[Aggregate, ...] = ()
     raw: dict = field(default_factory=dict, compare=False)
     where: tuple[Expr, ...] = ()  # typed conjuncts beside `filters` (those prune partitions)
+    order: tuple[SortKey, ...] = ()
+    limit: int | None = None
+    complete: bool = False  # the aggregate is final: no partial sums split into rows
+    join: PushedJoin | None = None
+    select: tuple[Expr, ...] = ()  # a joined scan's outputs when not aggregating
 
     def __post_init__(self):
         groups = tuple(Expr.column(g) if isinstance(g, str) else g for g in self.group_by)
@@ -123,26 +174,30 @@ class PushedSubplan:
     @property
     def needs_no_column(self) -> bool:
         """Spark wants only the rows (`SELECT 1 FROM t`, `count(*)` it computes itself)."""
-        return not self.aggregating and self.columns == ()
+        return not self.aggregating and self.columns == () and self.join is None
 
     def carrying_rows(self, column: str) -> "PushedSubplan":
         """This subplan, with `column` selected when it needs no column: no SQL dialect we render
         can select nothing (`SELECT FROM t`), so the reader selects one column and drops it."""
         if not self.needs_no_column:
             return self
-        return PushedSubplan(columns=(column,), filters=self.filters, raw=self.raw, where=self.where)
+        return dataclasses.replace(self, columns=(column,))
 
     def referenced_columns(self) -> set[str]:
         """Every table column the subplan reads (to prune what is scanned)."""
         cols: set[str] = set(self.columns or ())
         for f in self.filters:
             cols |= f.columns()
-        for e in self.where + self.group_by:
+        for e in self.where + self.group_by + tuple(k.expr for k in self.order if k.expr is not None):
             cols |= e.columns()
         for a in self.aggregates:
             if a.input is not None:
                 cols |= a.input.columns()
         return cols
+
+    def without_top(self) -> "PushedSubplan":
+        """The rows this subplan reads before grouping, ordering and limiting (a table's part)."""
+        return dataclasses.replace(self, group_by=(), aggregates=(), order=(), limit=None, complete=False)
 
     def to_dict(self) -> dict:
         return self.raw
@@ -159,10 +214,14 @@ class PushedSubplan:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "PushedSubplan":
-        unknown = set(raw) - {"columns", "filters", "group_by", "aggregates", "where"}
+        unknown = set(raw) - {"columns", "filters", "group_by", "aggregates", "where", "order", "limit", "complete",
+                              "join", "select"}
         if unknown:
             raise SubplanError(f"pushed subplan has unknown keys {sorted(unknown)}")
         columns = raw.get("columns")
+        limit = raw.get("limit")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise SubplanError(f"pushed limit is not a count: {limit!r}")
         return cls(
             columns=None if columns is None else tuple(columns),
             filters=tuple(_predicate(f) for f in raw.get("filters", [])),
@@ -170,6 +229,11 @@ class PushedSubplan:
             aggregates=tuple(_aggregate(a) for a in raw.get("aggregates", [])),
             raw=raw,
             where=tuple(_expr(e) for e in raw.get("where", [])),
+            order=tuple(_sort_key(k) for k in raw.get("order", [])),
+            limit=limit,
+            complete=bool(raw.get("complete", False)),
+            join=_join(raw["join"]) if "join" in raw else None,
+            select=tuple(_expr(e) for e in raw.get("select", [])),
         )
 
 
@@ -200,12 +264,39 @@ def _aggregate(raw: dict) -> Aggregate:
     return Aggregate(raw["fn"], raw.get("col"), _expr(raw["arg"]) if "arg" in raw else None)
 
 
+def _sort_key(raw: dict) -> SortKey:
+    if "output" in raw:
+        return SortKey(None, int(raw["output"]), bool(raw.get("asc", True)), bool(raw.get("nulls_first", True)))
+    if "expr" in raw:
+        return SortKey(_expr(raw["expr"]), None, bool(raw.get("asc", True)), bool(raw.get("nulls_first", True)))
+    raise SubplanError(f"unknown pushed sort key {raw!r}")
+
+
+def _join(raw: dict) -> PushedJoin:
+    tables = tuple(JoinedTable(t["table"], PushedSubplan.from_dict(t.get("pushed", {}))) for t in raw.get("tables", []))
+    steps = []
+    for s in raw.get("steps", []):
+        if s.get("type") not in JOIN_TYPES:
+            raise SubplanError(f"unknown pushed join type {s!r}")
+        steps.append(JoinStep(s["type"], _expr(s["on"])))
+    if len(tables) < 2 or len(steps) != len(tables) - 1:
+        raise SubplanError(f"a pushed join needs n tables and n - 1 steps: {raw!r}")
+    for t in tables:
+        if t.subplan.join is not None or t.subplan.aggregating or t.subplan.order or t.subplan.limit is not None:
+            raise SubplanError(f"a joined table carries only columns and filters: {t.name}")
+    split = raw.get("split")
+    if split is not None and not 0 <= split < len(tables):
+        raise SubplanError(f"pushed join split {split!r} names no table")
+    return PushedJoin(tables, tuple(steps), split)
+
+
 def _expr(raw: dict) -> Expr:
     if not isinstance(raw, dict):
         raise SubplanError(f"pushed expression is not an object: {raw!r}")
     t = raw.get("type", "")
     if "col" in raw:
-        return Expr("col", t, raw["col"])
+        table = raw.get("table")
+        return Expr("col", t, raw["col"], table=None if table is None else int(table))
     if "lit" in raw:
         return Expr("lit", t, value=_literal(raw["lit"]))
     if raw.get("op") in EXPRESSION_OPS:

@@ -171,7 +171,9 @@ class MySQLQueryable(QueryableSource):
     def read(
         self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
     ) -> Iterator[pa.RecordBatch]:
-        query = self.render(table, subplan)
+        return self.read_query(self.render(table, subplan), output, snapshot, table.qualified_name)
+
+    def read_query(self, query: str, output: pa.Schema, snapshot: str | None, what: str) -> Iterator[pa.RecordBatch]:
         conn = connect(self.config)
         try:
             if snapshot is not None:
@@ -179,7 +181,7 @@ class MySQLQueryable(QueryableSource):
             for arrays in fetch_columns(conn, query, output, arrow_column, READ_CHUNK_ROWS):
                 yield pa.RecordBatch.from_arrays(arrays, schema=output)
         except pymysql.err.MySQLError as e:
-            raise SourceError(f"reading {table.qualified_name} from source {self.config.name} failed: {error_message(e)}") from e
+            raise SourceError(f"reading {what} from source {self.config.name} failed: {error_message(e)}") from e
         finally:
             conn.close()
 

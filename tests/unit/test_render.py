@@ -114,6 +114,19 @@ GOLDEN_CASES: dict[str, dict] = {
             {"fn": "min", "arg": {"op": "SUBSTRING", "type": "string", "args": [{"col": "s", "type": "string"}, {"lit": lit_json("long", 2), "type": "int"}, {"lit": lit_json("long", 1), "type": "int"}]}},
         ],
     },
+    "top-N over a complete aggregate": {
+        "group_by": ["b", {"op": "extract", "field": "YEAR", "type": "int", "args": [{"col": "day", "type": "date"}]}],
+        "aggregates": [{"fn": "count_distinct", "arg": {"col": "s", "type": "string"}}, {"fn": "sum", "col": "n"}],
+        "complete": True,
+        "order": [{"output": 2, "asc": False, "nulls_first": False}, {"output": 0, "asc": True, "nulls_first": True},
+                  {"output": 1, "asc": True, "nulls_first": False}],
+        "limit": 3,
+    },
+    "top-N of rows": {"columns": ["id", "s"], "order": [
+        {"expr": {"col": "s", "type": "string"}, "asc": True, "nulls_first": True},
+        {"expr": {"op": "NEG", "type": "bigint", "args": [{"col": "n", "type": "bigint"}]}, "asc": False, "nulls_first": False},
+    ], "limit": 5},
+    "limit": {"columns": ["id"], "limit": 2},
     "typed predicates": {"columns": ["id"], "where": [
         {"op": "OR", "type": "boolean", "args": [
             {"op": "IN", "type": "boolean", "args": [{"col": "n", "type": "bigint"}, {"lit": lit_json("long", 1), "type": "bigint"}, {"lit": lit_json("long", 3), "type": "bigint"}]},

@@ -55,6 +55,15 @@ SELECT "b" FROM "public"."orders" GROUP BY "b"
 -- sum of decimal arithmetic, grouped by an expression
 SELECT "b", CAST((EXTRACT(YEAR FROM "day")) AS INT) AS "group1", SUM(CAST(((CAST(("dec") AS DECIMAL(38, 2))) * (CAST((CAST(((CAST(1 AS DECIMAL(1, 0))) - ("dec")) AS DECIMAL(11, 2))) AS DECIMAL(38, 2)))) AS DECIMAL(22, 4))) AS "agg0", COUNT(CASE WHEN "s" LIKE 'a\%%' ESCAPE '\' THEN CAST((CAST(1 AS INT)) AS INT) ELSE CAST((CAST(NULL AS INT)) AS INT) END) AS "agg1", MAX(COALESCE("n", CAST(-1 AS BIGINT))) AS "agg2", MIN(SUBSTRING("s" FROM CAST(2 AS INT) FOR CAST(1 AS INT))) AS "agg3" FROM "public"."orders" WHERE (("day" >= CAST(CAST('2024-01-01' AS DATE) AS DATE)) AND ("dec" < CAST(24 AS DECIMAL(2, 0)))) GROUP BY "b", CAST((EXTRACT(YEAR FROM "day")) AS INT)
 
+-- top-N over a complete aggregate
+SELECT "b", CAST((EXTRACT(YEAR FROM "day")) AS INT) AS "group1", COUNT(DISTINCT "s") AS "agg0", SUM("n") AS "agg1" FROM "public"."orders" GROUP BY "b", CAST((EXTRACT(YEAR FROM "day")) AS INT) ORDER BY "agg0" DESC NULLS LAST, "b" ASC NULLS FIRST, "group1" ASC LIMIT 3
+
+-- top-N of rows
+SELECT "id", "s" FROM "public"."orders" ORDER BY "s" ASC NULLS FIRST, CAST((-("n")) AS BIGINT) DESC NULLS LAST LIMIT 5
+
+-- limit
+SELECT "id" FROM "public"."orders" LIMIT 2
+
 -- typed predicates
 SELECT "id" FROM "public"."orders" WHERE (((("n" IN (CAST(1 AS BIGINT), CAST(3 AS BIGINT))) OR (NOT ("b" IS NULL))) AND ("dec" IS NOT DISTINCT FROM CAST(NULL AS DECIMAL(10, 2)))) AND (CAST("n" AS DECIMAL(22, 2)) < CAST(4.5 AS DECIMAL(2, 1)))) AND (CAST((-("n")) AS BIGINT) > CAST(-5 AS BIGINT))
 

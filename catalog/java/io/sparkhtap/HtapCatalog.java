@@ -108,15 +108,15 @@ public class HtapCatalog implements TableCatalog {
       if (e instanceof RuntimeException) throw (RuntimeException) e;
       throw new IllegalStateException(e.getMessage(), e);
     }
-    long[] stats = null;  // row versions and bytes of the live deltas (spark_ddl puts them on the first column)
+    long[] stats = null;  // row versions, bytes of the live deltas, partitions (spark_ddl puts them on the first column)
     if (schema.fields().length > 0) {
       StructField first = schema.fields()[0];
       scala.Option<String> comment = first.getComment();
       if (comment.isDefined() && comment.get().startsWith(STATS_COMMENT)) {
-        stats = new long[2];
+        stats = new long[] {0, 0, -1};
         for (String part : comment.get().substring(STATS_COMMENT.length()).split(";")) {
           String[] kv = part.split("=", 2);
-          stats[kv[0].equals("rows") ? 0 : 1] = Long.parseLong(kv[1]);
+          stats[kv[0].equals("rows") ? 0 : kv[0].equals("bytes") ? 1 : 2] = Long.parseLong(kv[1]);
         }
         StructField[] fields = schema.fields().clone();
         fields[0] = new StructField(first.name(), first.dataType(), first.nullable(), Metadata.empty());

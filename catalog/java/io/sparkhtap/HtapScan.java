@@ -1,6 +1,7 @@
 package io.sparkhtap;
 
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 import org.apache.spark.sql.connector.metric.CustomMetric;
@@ -20,7 +21,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 public class HtapScan implements Scan, SupportsReportStatistics {
   private final String description;
-  private final String tableName;
+  private final List<String> tableNames;
   private final StructType outputSchema;
   private final Map<String, String> options;
   private volatile String snapshotToken;
@@ -30,9 +31,9 @@ public class HtapScan implements Scan, SupportsReportStatistics {
   private final long[] estimate;  // rows, bytes; null when unknown
   private final boolean rowsKnown;  // false for a pushed aggregate (fewer rows than the table)
 
-  HtapScan(String tableName, StructType outputSchema, Map<String, String> options, String description,
+  HtapScan(List<String> tableNames, StructType outputSchema, Map<String, String> options, String description,
            long[] estimate, boolean rowsKnown) {
-    this.tableName = tableName;
+    this.tableNames = tableNames;
     this.outputSchema = outputSchema;
     this.options = options;
     this.description = description;
@@ -57,9 +58,9 @@ public class HtapScan implements Scan, SupportsReportStatistics {
     };
   }
 
-  /** "catalog.schema.table" as the query named it. */
-  String tableName() {
-    return tableName;
+  /** "catalog.schema.table" of every table the scan reads (several when joins were pushed). */
+  List<String> tableNames() {
+    return tableNames;
   }
 
   /** Read at the query's shared snapshot (see HtapSnapshotStrategy); before the scan is planned. */

@@ -33,7 +33,7 @@ public class HtapSnapshotStrategy extends SparkStrategy {
     if (!scans.isEmpty()) {
       Set<String> tables = new LinkedHashSet<>();
       for (HtapScan s : scans) {
-        tables.add(s.tableName());
+        tables.addAll(s.tableNames());
       }
       String token = UUID.randomUUID().toString();
       String names = String.join(",", tables);

@@ -1,0 +1,203 @@
+package io.sparkhtap;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import org.apache.spark.sql.connector.join.JoinType;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * The tables of one HTAP scan and how they are joined: a left-deep chain (table 0, then each
+ * next table joined onto all before it), each table with its own pushed filters and the columns
+ * the join needs. Spark names the joined relation's columns (renaming duplicates); every name is
+ * resolved here to (table, column), so the pushed JSON refers to {"col", "table"} only and the
+ * renderers qualify columns by table alias (htap.rewrite.render).
+ */
+final class JoinedTables {
+  /** One table of the scan: what was pushed into it before it was joined. */
+  static final class Leaf {
+    final String name;  // catalog.schema.table
+    final String qualified;  // schema.table (the data source's `table` option)
+    final StructType schema;
+    final ArrayNode filters;
+    final ArrayNode where;
+    final LinkedHashSet<String> columns = new LinkedHashSet<>();
+    final long[] stats;  // row versions, bytes of the live deltas, partitions (-1: unknown); null when unknown
+
+    Leaf(String name, String qualified, StructType schema, ArrayNode filters, ArrayNode where, long[] stats) {
+      this.name = name;
+      this.qualified = qualified;
+      this.schema = schema;
+      this.filters = filters;
+      this.where = where;
+      this.stats = stats;
+    }
+
+    /** Bytes read of this table: its deltas' size in proportion to the columns read (as estimate()). */
+    long bytesRead() {
+      if (stats == null) return -1;
+      double all = 0;
+      double read = 0;
+      for (StructField f : schema.fields()) {
+        all += f.dataType().defaultSize();
+        if (columns.contains(f.name())) read += f.dataType().defaultSize();
+      }
+      return all <= 0 ? stats[1] : (long) Math.ceil(stats[1] * Math.min(1.0, Math.max(read, 1) / all));
+    }
+  }
+
+  /** A column of the joined relation as Spark names it now. */
+  static final class Out {
+    final String name;
+    final int table;
+    final String column;
+    final DataType type;
+
+    Out(String name, int table, String column, DataType type) {
+      this.name = name;
+      this.table = table;
+      this.column = column;
+      this.type = type;
+    }
+  }
+
+  final List<Leaf> leaves = new ArrayList<>();
+  final List<ObjectNode> steps = new ArrayList<>();  // steps[k - 1] joins leaves[k]: {"type", "on"}
+  final List<Out> outputs = new ArrayList<>();
+
+  boolean joined() {
+    return !steps.isEmpty();
+  }
+
+  /** The joined relation's columns as Spark sees them (for translating expressions over it). */
+  StructType outputSchema() {
+    StructType s = new StructType();
+    for (Out o : outputs) s = s.add(o.name, o.type, true);
+    return s;
+  }
+
+  Out output(String name) {
+    for (Out o : outputs) {
+      if (o.name.equals(name)) return o;
+    }
+    return null;
+  }
+
+  /**
+   * An expression translated over {@link #outputSchema()} with every column resolved to its
+   * table: {"col": name} becomes {"col": column, "table": i}. False if a name is unknown.
+   */
+  boolean resolve(JsonNode node) {
+    if (node instanceof ObjectNode) {
+      ObjectNode o = (ObjectNode) node;
+      if (o.has("col") && o.get("col").isTextual() && !o.has("table")) {
+        Out out = output(o.get("col").asText());
+        if (out == null) return false;
+        o.put("col", out.column).put("table", out.table);
+      }
+      Iterator<Map.Entry<String, JsonNode>> it = o.fields();
+      while (it.hasNext()) {
+        Map.Entry<String, JsonNode> e = it.next();
+        if (!e.getKey().equals("col") && !resolve(e.getValue())) return false;
+      }
+    } else if (node instanceof ArrayNode) {
+      for (JsonNode child : node) {
+        if (!resolve(child)) return false;
+      }
+    }
+    return true;
+  }
+
+  static String joinType(JoinType t) {
+    switch (t) {
+      case INNER_JOIN: return "inner";
+      case LEFT_OUTER_JOIN: return "left";
+      case RIGHT_OUTER_JOIN: return "right";
+      default: return null;
+    }
+  }
+
+  /**
+   * How the scan's work is split: the index of the table whose partitions become the tasks, or
+   * -1 for one task; and why, for EXPLAIN. A table may be split when it is the largest and every
+   * other table is small enough to read in every task (below Spark's broadcast threshold), and
+   * when it is never on the null-supplying side of an outer join (each task would otherwise emit
+   * the other side's unmatched rows once per partition).
+   */
+  Object[] split() {
+    if (!joined()) return new Object[] {-1, "one table"};
+    int largest = -1;
+    long largestBytes = -1;
+    for (int i = 0; i < leaves.size(); i++) {
+      long b = leaves.get(i).bytesRead();
+      if (b < 0) return new Object[] {-1, "one task: " + leaves.get(i).name + " has no size statistics"};
+      if (b > largestBytes) {
+        largest = i;
+        largestBytes = b;
+      }
+    }
+    long threshold = SQLConf.get().autoBroadcastJoinThreshold();
+    for (int i = 0; i < leaves.size(); i++) {
+      if (i == largest) continue;
+      long b = leaves.get(i).bytesRead();
+      if (threshold <= 0 || b > threshold) {
+        return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + leaves.get(i).name + " reads about "
+            + b + " bytes, above spark.sql.autoBroadcastJoinThreshold=" + threshold + ", too large to read in every task"};
+      }
+    }
+    for (int k = 1; k < leaves.size(); k++) {
+      String type = steps.get(k - 1).get("type").asText();
+      boolean nullSupplying = k == largest ? type.equals("left") : largest < k && type.equals("right");
+      if (nullSupplying) {
+        return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + leaves.get(largest).name
+            + " is on the null-supplying side of an outer join"};
+      }
+    }
+    long parts = leaves.get(largest).stats.length > 2 ? leaves.get(largest).stats[2] : -1;
+    if (parts == 1) {
+      return new Object[] {-1, "one task (DuckDB on all of the task's threads): the largest table, "
+          + leaves.get(largest).name + ", has one partition"};
+    }
+    return new Object[] {largest, "split by the partitions of " + leaves.get(largest).name + " (largest, about "
+        + largestBytes + " bytes); every other table is below spark.sql.autoBroadcastJoinThreshold=" + threshold
+        + " and read whole in every task"};
+  }
+
+  ObjectNode json() {
+    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    ArrayNode tables = n.putArray("tables");
+    for (Leaf l : leaves) {
+      ObjectNode t = tables.addObject();
+      t.put("table", l.qualified);
+      ObjectNode pushed = t.putObject("pushed");
+      pushed.set("filters", l.filters);
+      if (l.where.size() > 0) pushed.set("where", l.where);
+      ArrayNode cols = pushed.putArray("columns");
+      for (String c : l.columns) cols.add(c);
+    }
+    ArrayNode s = n.putArray("steps");
+    for (ObjectNode step : steps) s.add(step);
+    int split = (Integer) split()[0];
+    if (split >= 0) n.put("split", split);
+    return n;
+  }
+
+  String describe() {
+    StringBuilder b = new StringBuilder(leaves.get(0).name);
+    for (int k = 1; k < leaves.size(); k++) {
+      String type = steps.get(k - 1).get("type").asText();
+      b.append(type.equals("inner") ? " JOIN " : type.equals("left") ? " LEFT JOIN " : " RIGHT JOIN ").append(leaves.get(k).name);
+    }
+    return b.toString();
+  }
+}
