@@ -1,6 +1,7 @@
 """Issue 13: online repartitioning. A table that grows tenfold after its initial copy ends with
-partitions near `partition_rows` while a reader compares every read with the model, and a
-kill -9 during splits and merges loses and duplicates nothing.
+partitions near `partition_rows` while a reader compares every read with the model (and, through
+`htap serve` over Postgres, with the source's atomic batches), and a kill -9 during splits and
+merges loses and duplicates nothing.
 
 Time is a manual clock moved by the writer (0.1 s per commit), so the queryable window, the GC
 seq and with them the garbage collection of what repartitions retired move the same way on any
@@ -9,6 +10,7 @@ machine; the writer waits (on conditions, never on time) for the compactor and t
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -27,7 +29,7 @@ from htap.replica.compaction import Policy, collect_garbage, compact_table
 from htap.replica.deltas import table_dir
 from htap.replica.metadata import MetadataStore
 from htap.replica.repartition import SPLIT_ABOVE, Counted, changes, collect_orphans, repartition, repartition_table
-from htap.replica.snapshot import plan_reads, queryable_window
+from htap.replica.snapshot import pin_and_plan, plan_reads, queryable_window
 from htap.rewrite.subplan import PushedSubplan
 
 from storage_support import DirectTable, ManualClock
@@ -257,3 +259,88 @@ def test_kill_during_splits_and_merges_loses_and_duplicates_nothing(tmp_path):
         reader.store.close()
     print("orphan files collected:", orphans)
     assert {"split", "merge"} <= set(actions), actions
+
+
+# --- against a running service ---------------------------------------------------------------
+
+def test_service_splits_a_postgres_table_grown_tenfold_while_reads_stay_exact(workspace):
+    """`htap serve` over a Postgres table that grows tenfold after its initial copy, in atomic
+    batches spread over the whole key range: its compaction thread splits the partitions until
+    they are near `partition_rows`, while a reader at random seqs of the window (time travel to
+    before the splits included) always sees whole batches, a prefix of them, never a row twice;
+    at the end the replica equals the source."""
+    from htap.conf import load_config
+    from test_verify_data import tune
+
+    ws, partition_rows, per_batch, batches = workspace, 100, 200, 9
+    tune(ws, compaction_interval_s=0.2, partition_rows=partition_rows)
+    t = f"{ws.schema}.grown"
+    ws.sql(f"CREATE TABLE {t} (id bigint PRIMARY KEY, batch int NOT NULL, note text)")
+    ws.sql(f"INSERT INTO {t} SELECT g * 1000, 0, 'copy' FROM generate_series(0, {per_batch - 1}) g")
+    ws.htap("tables", "add", t)
+    ws.start_service()
+    ws.wait_readable("grown")
+    cfg = load_config(ws.config)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    seen = {"reads": 0, "before-a-split": 0}
+
+    def reader():
+        rng = random.Random(7)
+        try:
+            with MetadataStore(cfg.metadata) as store:
+                while not stop.is_set():
+                    table = store.table_by_id(ws.table("grown").id)
+                    window = queryable_window(store, table, cfg.window_s)
+                    seq = rng.randint(window.min_seq, window.max_seq)
+                    rows = []
+                    for plan in pin_and_plan(store, table, seq, cfg.window_s, pin_ttl_s=60.0):
+                        for b in read_plan(cfg.warehouse, t, table.arrow_schema, list(table.key), plan, PushedSubplan(),
+                                           table.arrow_schema):
+                            rows += b.to_pylist()
+                    ids = [r["id"] for r in rows]
+                    per = {}
+                    for r in rows:
+                        per[r["batch"]] = per.get(r["batch"], 0) + 1
+                    assert len(ids) == len(set(ids)), f"a row twice at seq {seq}"
+                    assert sorted(per) == list(range(len(per))) and set(per.values()) == {per_batch}, (seq, per)
+                    seen["reads"] += 1
+                    seen["before-a-split"] += store.layout_at(table.id, seq).ids != table.layout.ids
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(1, batches + 1):  # one transaction per batch, spread over every partition
+            ws.sql(f"INSERT INTO {t} SELECT g * 1000 + {i}, {i}, 'b{i}' FROM generate_series(0, {per_batch - 1}) g")
+            ws.wait_caught_up("grown")
+            wait_until(lambda: errors or seen["reads"] >= 2 * i, None, "reads between batches")
+
+        def settled():
+            with MetadataStore(cfg.metadata) as store:
+                table = store.table_by_id(ws.table("grown").id)
+                stats = store.partition_stats(table.id)
+                upserts = [stats.get(p, (0, 0, 0))[1] for p in table.layout.ids]
+            return errors or (max(upserts) <= SPLIT_ABOVE * partition_rows and upserts)
+
+        sizes = wait_until(settled, None, "partitions near partition_rows")
+        wait_until(lambda: errors or seen["before-a-split"] > 0, None, "a read at a seq before a split")
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[0]
+    print("partition row versions", sizes, seen)
+    assert len(sizes) >= (batches + 1) * per_batch / (SPLIT_ABOVE * partition_rows), sizes
+    assert "split partitions" in ws.log()
+    with MetadataStore(cfg.metadata) as store:
+        table = store.table_by_id(ws.table("grown").id)
+        replica = []
+        for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
+            for b in read_plan(cfg.warehouse, t, table.arrow_schema, list(table.key), plan, PushedSubplan(), table.arrow_schema):
+                replica += [tuple(r.values()) for r in b.to_pylist()]
+    source = ws.sql(f"SELECT id, batch, note FROM {t}")
+    assert sorted(replica) == sorted(tuple(r) for r in source)
+    status = ws.htap("status", "--json")
+    (row,) = [r for r in json.loads(status.stdout)["tables"] if r["table"].endswith(".grown")]
+    assert row["partitions"] == len(sizes) and row["rows"] == (batches + 1) * per_batch
