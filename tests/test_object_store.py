@@ -452,3 +452,51 @@ def test_a_local_cluster_reads_the_s3_warehouse_like_postgres(s3_workspace):
         assert normalized(tuple(row) for row in result["rows"]) == normalized(ws.sql(q.format(t=t)))
     assert list((ws.root / "cluster-cache").rglob("*.parquet")), "the executors fetched the deltas from the bucket"
     assert not (ws.root / "warehouse").exists()
+
+
+def test_kill_9_while_uploading_loses_and_duplicates_nothing(s3_workspace):
+    """The service is killed at arbitrary moments while it uploads checkpoints (writes go on);
+    each restart resumes from its durable position, and the replica equals the source."""
+    import random
+    import signal
+    import time
+
+    ws = s3_workspace
+    t = f"{ws.schema}.ledger"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, amount bigint, note text)")
+    ws.sql(f"INSERT INTO {t} SELECT g, g, repeat('x', 200) FROM generate_series(1, 5000) g")
+    ws.htap("tables", "add", t)
+    ws.start_service()
+    ws.wait_readable("ledger")
+    stop = threading.Event()
+
+    def write() -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(pg_dsn())
+        conn.autocommit = True
+        rng = random.Random(15)
+        with conn.cursor() as cur:
+            while not stop.is_set():
+                lo = rng.randrange(1, 5000)
+                cur.execute(f"UPDATE {t} SET amount = amount + 1, note = repeat(md5(random()::text), 8)"
+                            f" WHERE id BETWEEN %s AND %s", (lo, lo + 300))
+                cur.execute(f"INSERT INTO {t} VALUES (%s, 0, 'new') ON CONFLICT (id) DO NOTHING", (rng.randrange(5001, 20000),))
+        conn.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        rng = random.Random(9)
+        for _ in range(3):
+            uploads = ws.log().count("checkpoint at seq")
+            wait_until(lambda: ws.log().count("checkpoint at seq") > uploads, None, "a checkpoint with changes")
+            time.sleep(rng.uniform(0.0, 0.6))  # somewhere in the next checkpoint's upload, or not
+            ws.stop_service(signal.SIGKILL)
+            ws.start_service()
+    finally:
+        stop.set()
+        writer.join()
+    ws.wait_caught_up("ledger")
+    r = ws.htap("verify", "data", "--out", str(ws.root / "verify"), check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
