@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -413,7 +414,15 @@ class ObjectStoreWarehouse(Warehouse):
         self.opts = opts
         self.fs = filesystem if filesystem is not None else s3_filesystem(opts)
         self.retry = retry or Retry(attempts=opts.retries)
-        cache_root = (opts.cache_dir or Path("cache")) / hashlib.sha1(self.location.encode()).hexdigest()[:12]
+        name = hashlib.sha1(self.location.encode()).hexdigest()[:12]
+        cache_root = (opts.cache_dir or Path("cache")) / name
+        try:
+            cache_root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # e.g. an executor that may not write beside the config file
+            fallback = Path(tempfile.gettempdir()) / "spark-htap-cache" / name
+            log.warning("cache folder %s unusable (%s): caching in %s; set replica.cache_dir or $HTAP_CACHE_DIR",
+                        cache_root, e, fallback)
+            cache_root = fallback
         self.cache = LocalCache(cache_root, opts.cache_bytes)
         self.cache.sweep()  # once per process: what crashed processes left
 
