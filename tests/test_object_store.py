@@ -7,6 +7,7 @@ is not the service's, so its reads go through the object store."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import uuid
@@ -500,3 +501,21 @@ def test_kill_9_while_uploading_loses_and_duplicates_nothing(s3_workspace):
     ws.wait_caught_up("ledger")
     r = ws.htap("verify", "data", "--out", str(ws.root / "verify"), check=False)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_what_a_crashed_process_left_in_the_cache_is_swept(tmp_path):
+    import time
+
+    w = s3_warehouse(tmp_path)
+    old = time.time() - 2 * 24 * 3600
+    staged, fresh = w.cache.staging(), w.cache.staging()
+    staged.write_bytes(b"half an upload")
+    fresh.write_bytes(b"an upload in progress")
+    reads = w.cache.root / "reads" / "dead"
+    (reads / "t").mkdir(parents=True)
+    (reads / "t" / "d.parquet").write_bytes(b"x")
+    for p in (staged, reads):
+        os.utime(p, (old, old))
+    ObjectStoreWarehouse(w.location, w.opts)  # a new process starts
+    assert not staged.exists() and not reads.exists()
+    assert fresh.exists()
