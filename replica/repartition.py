@@ -69,6 +69,7 @@ SPLIT_ABOVE = 1.5  # a partition with more live rows than SPLIT_ABOVE x partitio
 # ... into ceil(rows / partition_rows) partitions of equal counts (each at most partition_rows).
 MERGE_BELOW = 0.5  # adjacent partitions with at most MERGE_BELOW x partition_rows row versions
 # together merge (row versions bound the live rows from above, so no read is needed to decide).
+ORPHAN_AGE_S = 3600.0  # an unreferenced file this old is no running writer's (collect_orphans)
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,7 @@ def _versions(root: Path, table: TableInfo, delta: Delta) -> pa.Table:
 
 
 def collect_orphans(warehouse: Warehouse | Path, store: MetadataStore, table: TableInfo,
-                    older_than_s: float = 3600.0) -> int:
+                    older_than_s: float = ORPHAN_AGE_S) -> int:
     """Delete files in the table's folder that no delta of the metadata references (live or
     retired) and that are older than `older_than_s` — what a writer killed between writing a
     delta and committing it left behind (a younger file may be a running writer's). Returns
