@@ -150,55 +150,55 @@ def repartition(warehouse: Warehouse | Path, store: MetadataStore, table_id: int
         seq = table.max_safe_seq
         floor = store.truncated_at(table_id, seq)
     label = f"{table.source}.{table.qualified_name}"
-    with REPARTITION_SECONDS.labels(table.source, table.qualified_name, change.action).time():
-        data = fold(warehouse, table, inputs, seq, floor)
-        points = None
-        if change.action == "split":
-            key = (table_id, change.parts[0])
-            if data.num_rows <= SPLIT_ABOVE * partition_rows:
-                _remember(counted, key, inputs, data.num_rows)
+    data = fold(warehouse, table, inputs, seq, floor)
+    points = None
+    if change.action == "split":
+        key = (table_id, change.parts[0])
+        if data.num_rows <= SPLIT_ABOVE * partition_rows:
+            _remember(counted, key, inputs, data.num_rows)
+            return None
+        points = split_points(data.column(table.key[0]), math.ceil(data.num_rows / partition_rows))
+        if points is None:
+            log.warning("%s partition %d: %d live rows but one value of %s: cannot split", label, change.parts[0],
+                        data.num_rows, table.key[0])
+            _remember(counted, key, inputs, data.num_rows)
+            return None
+    first = layout.ids.index(change.parts[0])
+    last = first + len(change.parts) - 1
+    next_id = store.next_partition_id(table_id)
+    new_ids = tuple(range(next_id, next_id + _count(points)))
+    new = Layout(_new_bounds(decode_bounds(layout.bounds_b64), first, last, points),
+                 layout.ids[:first] + new_ids + layout.ids[last + 1:], seq)
+    written: list[NewDelta] = []
+    committed = False
+    try:
+        for index, rows in split_by_partition(data, table.key[0], points):
+            written.append(write_delta(warehouse, table, rows, new_ids[index], dv=first_versions(table)))
+        if meanwhile is not None:
+            meanwhile()
+        with ExitStack() as locks:
+            locks.enter_context(layout_lock(warehouse, table))
+            for p in sorted(change.parts):
+                locks.enter_context(partition_lock(warehouse, table, p))
+            fresh = store.table_by_id(table_id)
+            if (fresh.layout.bounds_b64, fresh.layout.ids) != (layout.bounds_b64, layout.ids):
                 return None
-            points = split_points(data.column(table.key[0]), math.ceil(data.num_rows / partition_rows))
-            if points is None:
-                log.warning("%s partition %d: %d live rows but one value of %s: cannot split", label, change.parts[0],
-                            data.num_rows, table.key[0])
-                _remember(counted, key, inputs, data.num_rows)
-                return None
-        first = layout.ids.index(change.parts[0])
-        last = first + len(change.parts) - 1
-        next_id = store.next_partition_id(table_id)
-        new_ids = tuple(range(next_id, next_id + _count(points)))
-        new = Layout(_new_bounds(decode_bounds(layout.bounds_b64), first, last, points),
-                     layout.ids[:first] + new_ids + layout.ids[last + 1:], seq)
-        written: list[NewDelta] = []
-        committed = False
-        try:
-            for index, rows in split_by_partition(data, table.key[0], points):
-                written.append(write_delta(warehouse, table, rows, new_ids[index], dv=first_versions(table)))
-            if meanwhile is not None:
-                meanwhile()
-            with ExitStack() as locks:
-                locks.enter_context(layout_lock(warehouse, table))
-                for p in sorted(change.parts):
-                    locks.enter_context(partition_lock(warehouse, table, p))
-                fresh = store.table_by_id(table_id)
-                if (fresh.layout.bounds_b64, fresh.layout.ids) != (layout.bounds_b64, layout.ids):
-                    return None
-                live = [d for d in store.deltas(table_id) if d.part in change.parts]
-                if not {d.id for d in inputs} <= {d.id for d in live}:
-                    return None  # a compaction replaced some input meanwhile: try again next pass
-                carried = [d for d in live if d.id not in {i.id for i in inputs}]
-                for d in carried:
-                    written += carry(warehouse, fresh, d, points, new_ids, written)
-                why = f"{change.action} of {list(change.parts)} at seq {seq}: {change.why}"
-                committed = store.commit_layout(table_id, layout, new, live, written, why)
-        finally:
-            if not committed:
-                for d in written:
-                    delete_delta_files(warehouse, d.path)
+            live = [d for d in store.deltas(table_id) if d.part in change.parts]
+            if not {d.id for d in inputs} <= {d.id for d in live}:
+                return None  # a compaction replaced some input meanwhile: try again next pass
+            carried = [d for d in live if d.id not in {i.id for i in inputs}]
+            for d in carried:
+                written += carry(warehouse, fresh, d, points, new_ids, written)
+            why = f"{change.action} of {list(change.parts)} at seq {seq}: {change.why}"
+            committed = store.commit_layout(table_id, layout, new, live, written, why)
+    finally:
+        if not committed:
+            for d in written:
+                delete_delta_files(warehouse, d.path)
     if not committed:
         return None
     seconds = time.monotonic() - started
+    REPARTITION_SECONDS.labels(table.source, table.qualified_name, change.action).observe(seconds)
     sizes = [sum(d.rows for d in written if d.part == p and d.max_seq <= seq) for p in new_ids]
     log.info(
         "%s: %s partitions %s -> %s at seq %s (%s; live rows %s), %d deltas committed meanwhile carried over;"
