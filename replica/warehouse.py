@@ -126,6 +126,11 @@ class Warehouse(ABC):
     def create(self) -> None:
         """Make the warehouse usable (`htap init`)."""
 
+    def unreachable(self) -> str | None:
+        """Why the warehouse cannot be read now, or None: asked when a scan is planned, so it
+        fails over to the source instead of failing in its tasks."""
+        return None
+
     def url(self, rel: str) -> str:
         """Where `rel` lives, for messages."""
         return f"{self.location}/{rel}"
@@ -424,6 +429,7 @@ class ObjectStoreWarehouse(Warehouse):
                         cache_root, e, fallback)
             cache_root = fallback
         self.cache = LocalCache(cache_root, opts.cache_bytes)
+        self._probed: tuple[float, str | None] = (-1e9, None)
         self.cache.sweep()  # once per process: what crashed processes left
 
     def __repr__(self) -> str:
@@ -558,6 +564,21 @@ class ObjectStoreWarehouse(Warehouse):
 
     def lock_dir(self, rel: str) -> Path:
         return self.cache.root / "locks" / rel
+
+    PROBE_TTL_S = 5.0  # a probe's answer serves the scans planned in the next seconds
+
+    def unreachable(self) -> str | None:
+        """One lookup of the warehouse's folder, no retries; the answer is kept PROBE_TTL_S."""
+        now = time.monotonic()
+        if now - self._probed[0] < self.PROBE_TTL_S:
+            return self._probed[1]
+        try:
+            self.fs.get_file_info(self.base)
+            problem = None
+        except OSError as e:
+            problem = f"the object store of warehouse {self.location} is unreachable ({_first_line(str(e))})"
+        self._probed = (now, problem)
+        return problem
 
     def scratch(self) -> Path:
         return self.cache.root / "tmp"
