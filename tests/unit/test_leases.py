@@ -138,7 +138,7 @@ def test_an_executors_store_refuses_every_write():
 def test_a_repartition_keeps_old_partitions_for_reads_below_it_and_a_lapsed_task_of_them_fails():
     """A split at seq 3 (metadata only): reads at seq 2 plan the old partition and its retired
     delta, reads at 5 the new ones; garbage collection keeps the old delta while the window or a
-    lease reaches below 3; a task of the old partition whose lease lapsed fails (re-run the query)."""
+    lease reaches below 3; a task of the old partition whose lease ended fails (re-run the query)."""
     import pytest
 
     from htap.replica.leases import RepartitionedError
@@ -161,8 +161,9 @@ def test_a_repartition_keeps_old_partitions_for_reads_below_it_and_a_lapsed_task
             assert [(p.part, p.delta_paths) for p in pin_and_plan(store, table, 5, 3_600.0, LEASE_S)] == [(1, ("n1",))]
             clock.now += LEASE_S + 1  # every lease lapsed
             assert store.collect_garbage({table_id: 2}) == []  # the window still reaches below seq 3
-            with pytest.raises(RepartitionedError, match="re-run the query"):
-                renewed_plan(store, table_id, old_plan, LEASE_S, 3_600.0)
+            with MetadataStore(Path(tmp) / "m.db", read_only=True, clock=clock) as executor:
+                with pytest.raises(RepartitionedError, match="re-run the query"):
+                    current_plan(executor, table_id, old_plan, 3_600.0)
             clock.now += LEASE_S + 1
             assert store.collect_garbage({table_id: 3}) == ["d0"]
         finally:
