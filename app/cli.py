@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -49,6 +50,29 @@ def cmd_init(args) -> int:
     print(f"wrote {path}; metadata store {cfg.metadata}")
     print(f"next: htap --config {path} tables add <schema.table>, then htap --config {path} serve")
     return 0
+
+
+def cmd_recover(args) -> int:
+    from htap.replica import manifest
+
+    cfg = _config(args)
+    sources = [cfg.source(args.source).name] if args.source else list(cfg.sources)
+    warehouse = open_warehouse(cfg)
+    with MetadataStore(cfg.metadata, create=True) as store:
+        if args.force:
+            for source in sources:
+                manifest.forget(store, source)
+        recovered = manifest.recover(warehouse, store, sources, cfg.window_s)
+    worst = 0
+    for r in recovered:
+        print(f"source {r.source}: {r.tables} table(s), {r.deltas} delta(s), position {r.position}"
+              f" (manifest written {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(r.written_at))} UTC)")
+        if r.missing:
+            worst = 1
+            print(f"  {len(r.missing)} file(s) missing from {warehouse.location} (their tables are marked unhealthy),"
+                  f" e.g. {r.missing[0]}", file=sys.stderr)
+    print(f"metadata store {cfg.metadata} rebuilt from {warehouse.location}; `htap serve` resumes streaming from there")
+    return worst
 
 
 def _table_name(text: str) -> tuple[str, str]:
@@ -130,6 +154,7 @@ def cmd_tables_remove(args) -> int:
 
 def cmd_sources_drop(args) -> int:
     from htap.replica.deltas import table_dir  # loads DuckDB
+    from htap.replica.manifest import manifest_path
 
     cfg = _config(args)
     source = cfg.source(args.source)
@@ -142,6 +167,7 @@ def cmd_sources_drop(args) -> int:
             open_warehouse(cfg).delete_tree(table_dir(table))
         store.forget_source(source.name)
     open_warehouse(cfg).delete_tree(source.name)
+    open_warehouse(cfg).delete(manifest_path(source.name))  # `htap recover` must not bring it back
     cfg.path.write_text(remove_source(cfg.path.read_text(), source.name, cfg.path))
     print(f"removed {len(tables)} table(s) of source {source.name} and its section [sources.{source.name}] of {cfg.path}")
     return 0
@@ -212,12 +238,12 @@ def cmd_status(args) -> int:
               f"{src.tables} tables, {src.failed} failed, {src.unhealthy} unhealthy")
         if src.retention:
             print(f"    {src.retention}")
-    print(f"{'table':<32} {'state':<12} {'rows':>10} {'deltas':>6} {'max safe position':>22} {'delay s':>8}  route")
+    print(f"{'table':<32} {'state':<12} {'rows':>10} {'parts':>5} {'deltas':>6} {'max safe position':>22} {'delay s':>8}  route")
     for s in statuses:
         rows = "-" if s.rows is None else str(s.rows)
         delay = "-" if s.delay_s is None else f"{s.delay_s:.1f}"
         route = "failover on" if s.failover else (s.last_route or "-").split(":")[0]
-        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
+        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.partitions:>5} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
         if s.error:
             print(f"    error: {s.error}")
     return 0
@@ -354,10 +380,19 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--source", help="source name (default: the only one)")
     f.set_defaults(func=cmd_failover)
 
+    s = sub.add_parser("recover", help="rebuild a lost metadata store from the manifests in the warehouse",
+                       description="Rebuilds the metadata of each configured source (tables, partitions, deltas, seqs,"
+                       " the source position) from the manifests `htap serve` writes to the warehouse at every"
+                       " checkpoint. Then `htap serve` resumes streaming from the recovered position."
+                       " Exit status 0: recovered; 1: recovered, but files are missing (tables marked unhealthy).")
+    s.add_argument("--source", help="recover only this source (default: every configured source)")
+    s.add_argument("--force", action="store_true", help="replace what the metadata store already has of the source(s)")
+    s.set_defaults(func=cmd_recover)
+
     s = sub.add_parser("serve", help="run the ingest service (copy, then stream changes) until stopped")
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("status", help="per source: position, lag, failed tables, retained log; per table: state, rows, deltas, max safe seq, delay, errors")
+    s = sub.add_parser("status", help="per source: position, lag, failed tables, retained log; per table: state, rows, partitions, deltas, max safe seq, delay, errors")
     s.add_argument("--json", action="store_true", help='machine-readable output: {"sources": [...], "tables": [...]}')
     s.set_defaults(func=cmd_status)
 

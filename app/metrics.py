@@ -80,6 +80,7 @@ class HtapCollector(Collector):
         safe_seq = _gauge("htap_table_max_safe_seq", "The table's max safe seq: reads at or below it are exact", tab)
         safe_time = _gauge("htap_table_max_safe_timestamp_seconds", "When the table's max safe seq was known current (epoch s)", tab)
         deltas = _gauge("htap_table_deltas", "Live delta files of the table", tab)
+        partitions = _gauge("htap_table_partitions", "Key-range partitions of the table now (split and merged online)", tab)
         versions = _gauge("htap_table_row_versions", "Row versions in the table's live deltas", tab)
         size = _gauge("htap_table_bytes", "Bytes of the table's live deltas", tab)
         state = _gauge("htap_table_state", "The table's state (1 for the current one)", tab + ["state"])
@@ -112,6 +113,7 @@ class HtapCollector(Collector):
                 labels = [t.source, t.qualified_name]
                 n, rows, nbytes = store.delta_stats(t.id)
                 deltas.add_metric(labels, float(n))
+                partitions.add_metric(labels, float(len(t.layout.ids)))
                 versions.add_metric(labels, float(rows))
                 size.add_metric(labels, float(nbytes))
                 for s in TABLE_STATES:
@@ -122,7 +124,7 @@ class HtapCollector(Collector):
                     safe_time.add_metric(labels, t.max_safe_time)
                     freshness.add_metric(labels, max(0.0, now - t.max_safe_time))
         yield from (up, phase, lag_s, position, lag_b, retained, warning, wal_status, lost, observed, recoveries,
-                    freshness, safe_seq, safe_time, deltas, versions, size, state)
+                    freshness, safe_seq, safe_time, deltas, partitions, versions, size, state)
 
 
 @dataclass(frozen=True)

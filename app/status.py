@@ -28,6 +28,7 @@ class TableStatus:
     state: str
     rows: int | None  # current rows at the max safe seq (None while not readable)
     deltas: int
+    partitions: int  # key-range partitions now (splits and merges change them online)
     row_versions: int
     bytes: int
     max_safe_seq: int | None
@@ -68,6 +69,7 @@ def table_statuses(cfg: HtapConfig) -> list[TableStatus]:
                     state=t.state,
                     rows=current_rows(cfg, store, t),
                     deltas=n,
+                    partitions=len(t.layout.ids),
                     row_versions=versions,
                     bytes=size,
                     max_safe_seq=t.max_safe_seq,

@@ -69,9 +69,10 @@ def best(fn, repeat: int = 3) -> float:
     return min(times)
 
 
-def build(root: Path, n: int, partition_rows: int, rng: np.random.Generator):
-    """A replica table: a base of n rows at seq 1, then 10 deltas updating 2 % of rows each."""
-    warehouse = root / "warehouse"
+def build(root: Path, n: int, partition_rows: int, rng: np.random.Generator, warehouse=None):
+    """A replica table: a base of n rows at seq 1, then 10 deltas updating 2 % of rows each, in
+    `warehouse` (a Warehouse; default: the folder root/warehouse)."""
+    warehouse = warehouse if warehouse is not None else root / "warehouse"
     store = MetadataStore(root / "metadata.db", create=True)
     t = store.add_table("bench", "public", "orders", [Column(f.name, str(f.type), True) for f in SCHEMA], ["id"], encode_schema(SCHEMA))
     store.start_copy(t.id)
@@ -100,7 +101,7 @@ def build(root: Path, n: int, partition_rows: int, rng: np.random.Generator):
 
 def live(store, table):
     """A partition's live deltas (deletion vectors record what new deltas supersede in them)."""
-    return lambda part: [d.path for d in store.deltas(table.id, part)]
+    return lambda part: {d.path: d.checksum for d in store.deltas(table.id, part)}
 
 
 def scan_merge(store, table, warehouse) -> pa.Table:

@@ -26,6 +26,7 @@ from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
 from htap.observe import CHECKPOINT_SECONDS
 from htap.replica.deltas import delete_delta_files, write_partitioned
+from htap.replica.manifest import write_manifest
 from htap.replica.metadata import MetadataStore
 from htap.replica.warehouse import Warehouse
 
@@ -86,6 +87,9 @@ class Checkpointer:
         orphans = self.store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations, messages)
         for path in orphans + [d.path for d in dropped]:
             delete_delta_files(self.warehouse, path)
+        # The manifest before the confirm: a source is never told a position newer than the one
+        # a metadata store rebuilt from the warehouse would resume from (htap.replica.manifest).
+        write_manifest(self.warehouse, self.store, self.source)
         for _, message in messages:
             log_failure(message)
         if deltas or truncations:

@@ -45,6 +45,7 @@ from htap.ingest.health import (
 from htap.observe import COPY_SECONDS
 from htap.replica.compaction import compaction_loop
 from htap.replica.deltas import delete_delta_files, first_versions, write_delta
+from htap.replica.manifest import write_manifest
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import (
     OP,
@@ -192,6 +193,7 @@ class SourceIngest:
                 data = data.append_column(OP, pa.array(np.full(data.num_rows, OP_UPSERT, dtype=np.int8)))
                 deltas.append(write_delta(self.warehouse, table, data, part, dv=first_versions(table)))
             self.store.finish_copy(table.id, deltas, copy_seq, bounds)
+            write_manifest(self.warehouse, self.store, self.config.name)
             log.info(
                 "copied %s: %d rows into %d partitions; catching up from seq %s",
                 table.qualified_name, rows, partition_count(splits), copy_seq,

@@ -30,6 +30,7 @@ from htap.observe import COMPACTION_SECONDS
 from htap.replica import dv as dvs
 from htap.replica.deltas import delete_delta_files, partition_lock, write_delta
 from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
+from htap.replica.manifest import write_manifest
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, TableInfo
@@ -103,7 +104,8 @@ def merge(
     with warehouse.local({d.path: d.checksum for d in inputs}) as root:
         data = _merged(root, warehouse, store, table, inputs, gc)
     if data.num_rows == 0:  # everything was garbage: the partition is simply empty now
-        store.replace_deltas(table.id, inputs, [])
+        if store.replace_deltas(table.id, inputs, []):
+            write_manifest(warehouse, store, table.source)
         log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
         return None
     # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
@@ -125,6 +127,7 @@ def merge(
         if not store.replace_deltas(table.id, inputs, [new]):
             delete_delta_files(warehouse, new.path)
             return None
+    write_manifest(warehouse, store, table.source)  # before garbage collection may delete the inputs
     log.info(
         "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
         kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
@@ -211,6 +214,7 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
     swept: set[int] = set()
     try:
         while not stop.wait(cfg.compaction_interval_s):
+            unsafe = False  # a manifest may still name retired deltas: collect no garbage this pass
             for table in store.list_tables():
                 if auto_recheckable(table) and store.clock() - rechecked.get(table.id, 0.0) >= RECHECK_INTERVAL_S:
                     rechecked[table.id] = store.clock()
@@ -229,10 +233,14 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
                 except DamagedReplicaError as e:
                     log.error("%s: marked unhealthy: %s", table.qualified_name, e)
                     mark_damaged(store, table.id, e)
+                except WarehouseError as e:
+                    unsafe = True
+                    log.error("compaction of %s failed: %s", table.qualified_name, e)
                 except HtapError as e:
                     log.error("compaction of %s failed: %s", table.qualified_name, e)
             try:
-                collect_garbage(cfg, store)
+                if not unsafe:
+                    collect_garbage(cfg, store)
             except WarehouseError as e:  # the files stay behind (unreferenced): never read
                 log.error("garbage collection failed: %s", e)
     finally:

@@ -568,6 +568,64 @@ class MetadataStore:
                 )
         return orphans
 
+    # --- manifests (htap.replica.manifest) -----------------------------------------------------
+
+    # What a manifest keeps of each table, as rows by column name: enough to rebuild the store.
+    _DUMPED = {
+        "sources": ("name", "position", "position_time", "updated_at"),
+        "tables": ("id", "source", "schema_name", "table_name", "columns_json", "key_json", "arrow_schema", "state",
+                   "copy_seq", "max_safe_seq", "max_safe_time", "error", "partition_bounds", "failover",
+                   "max_staleness_s", "schema_version", "partition_ids", "created_at"),
+        "deltas": ("id", "table_id", "part", "path", "min_seq", "max_seq", "rows", "bytes", "partial_rows", "deletes",
+                   "unique_keys", "schema_version", "created_at", "checksum", "dv_checksum", "retired_at", "until_seq"),
+        "layouts": ("table_id", "from_seq", "bounds", "ids", "created_at", "reason"),
+        "truncations": ("table_id", "seq"),
+    }
+
+    def dump_source(self, source: str) -> dict[str, list[dict]]:
+        """One source's sources row, tables, partition layouts, the deltas reads may use (live
+        ones, and those a repartition retired for reads below its seq) and truncations, read in
+        one transaction (a consistent state: the position never lags the deltas it covers)."""
+        mine = "table_id IN (SELECT id FROM tables WHERE source = ?)"
+        where = {
+            "sources": ("name = ?", (source,)),
+            "tables": ("source = ?", (source,)),
+            "deltas": (f"(retired_at IS NULL OR until_seq IS NOT NULL) AND {mine}", (source,)),
+            "layouts": (mine, (source,)),
+            "truncations": (mine, (source,)),
+        }
+        out = {}
+        with self._tx():
+            for name, columns in self._DUMPED.items():
+                condition, params = where[name]
+                rows = self._all(f"SELECT {', '.join(columns)} FROM {name} WHERE {condition}", params)
+                out[name] = [dict(zip(columns, r)) for r in rows]
+        return out
+
+    def restore_source(self, dump: dict[str, list[dict]], floor: tuple[int, float] | None = None) -> None:
+        """Insert a dumped source (ids kept: delta paths name their table's id) in one transaction;
+        the store must not know the source yet. Its safe points: the recorded position, and
+        `floor` (seq, time), which keeps the queryable window's low end at or above that seq."""
+        with self._tx():
+            if floor is not None:
+                self._x("INSERT INTO safe_points (source, seq, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                        (dump["sources"][0]["name"], floor[0], floor[1]))
+            for name, columns in self._DUMPED.items():
+                for row in dump.get(name, []):
+                    present = [c for c in columns if c in row]
+                    extra = ", created_at" if name == "deltas" and "created_at" not in row else ""
+                    values = [row[c] for c in present] + ([self.clock()] if extra else [])
+                    self._x(f"INSERT INTO {name} ({', '.join(present)}{extra}) VALUES"
+                            f" ({', '.join('?' for _ in values)})", values)
+            for row in dump.get("sources", []):
+                if row.get("position") is not None and row.get("position_time") is not None:
+                    self._x("INSERT INTO safe_points (source, seq, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                            (row["name"], row["position"], row["position_time"]))
+            if isinstance(self._db, _Postgres):  # explicit ids: move the sequences past them
+                for name in ("tables", "deltas"):
+                    self._x(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'),"
+                            f" greatest((SELECT max(id) FROM {name}), 1))")
+
     def source_position(self, source: str) -> int | None:
         row = self._one("SELECT position FROM sources WHERE name = ?", (source,))
         return None if row is None else row[0]

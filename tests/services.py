@@ -248,6 +248,9 @@ class S3Server:
             from moto.server import ThreadedMotoServer
         except ImportError as e:
             raise RuntimeError("the S3 test server needs moto: pip install 'spark-htap[test]'") from e
+        import logging
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
         port = free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 
 import psycopg2
+import pyarrow as pa
 import pytest
 
+from htap.conf import is_postgres_location
 from htap.errors import NoSuchTableError, ReplicaError, TableError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import Column
+from htap.replica.partitions import encode_bounds
 
 from services import SERVICES
 
@@ -140,3 +144,32 @@ def test_scans_and_failover_flags(store):
 def test_a_missing_store_says_run_init(tmp_path):
     with pytest.raises(ReplicaError, match="run `htap init`"):
         MetadataStore(tmp_path / "none.db")
+
+
+BOUNDS = encode_bounds(pa.array([50], pa.int64()))
+
+
+def test_a_dumped_source_restores_into_an_empty_store_with_its_ids(store, tmp_path):
+    t = add(store)
+    add(store, "other")
+    store.start_copy(t.id)
+    store.finish_copy(t.id, [NewDelta(t.id, "a", 100, 100, 10, 1000, checksum="ca", dv_checksum="sa")], 100, BOUNDS)
+    store.commit_checkpoint("src", [NewDelta(t.id, "b", 101, 120, 5, 500, checksum="cb")], 120, 1000.0, [(t.id, 110)])
+    dump = store.dump_source("src")
+    layouts = store.layouts(t.id)
+    postgres = is_postgres_location(store.location)
+    fresh = store if postgres else MetadataStore(tmp_path / "fresh.db", create=True)
+    if postgres:  # restored into the same database, emptied (its id sequences stay where they were)
+        for table in store.list_tables("src"):
+            store.remove_table(table.id)
+        store.forget_source("src")
+    fresh.restore_source(dump)
+    got = fresh.get_table("src", "public", "t")
+    assert got == dataclasses.replace(t, state="streaming", copy_seq=100, max_safe_seq=120, max_safe_time=1000.0,
+                                      partition_bounds_b64=BOUNDS)
+    assert [(d.path, d.checksum, d.dv_checksum) for d in fresh.deltas(t.id)] == [("a", "ca", "sa"), ("b", "cb", None)]
+    assert fresh.source_position("src") == 120 and fresh.truncated_at(t.id, 115) == 110
+    assert fresh.seq_at("src", 1000.0) == 120
+    assert fresh.layouts(t.id) == layouts and layouts  # the partition history (reads at older seqs)
+    newer = fresh.add_table("src", "public", "later", [Column("id", "integer", False)], ["id"], "schema")
+    assert newer.id > max(t.id, fresh.get_table("src", "public", "other").id)  # ids never reused

@@ -127,6 +127,7 @@ def test_metrics_and_health_over_http(workspace):
                 value("htap_table_bytes", **table)) in (before_stats[n], after_stats[n])
         assert value("htap_table_state", **table, state="streaming") == 1
         assert value("htap_table_state", **table, state="failed") == 0
+        assert value("htap_table_partitions", **table) in (len(before[n].layout.ids), len(after[n].layout.ids))
     src = {"source": ws.source}
     assert before_pos <= value("htap_source_durable_position", **src) <= after_pos
     lag_s = value("htap_source_lag_seconds", **src)

@@ -77,6 +77,7 @@ def test_tables_remove_and_sources_drop_leave_nothing_behind(workspace):
     assert "inactive" in after["retention"] and "wal_status reserved" in after["retention"]
     assert "inactive" in ws.htap("status").stdout
 
+    assert (cfg.warehouse / "_manifests" / f"{ws.source}.json").exists()
     out = ws.htap("sources", "drop", ws.source).stdout
     assert f"dropped replication slot htap_{ws.source}" in out and f"dropped publication htap_{ws.source}" in out
     assert not slot_exists(ws)
@@ -84,6 +85,7 @@ def test_tables_remove_and_sources_drop_leave_nothing_behind(workspace):
     assert ws.store().list_tables() == []
     assert f"[sources.{ws.source}]" not in ws.config.read_text()
     assert not (cfg.warehouse / ws.source).exists()
+    assert not (cfg.warehouse / "_manifests" / f"{ws.source}.json").exists()  # recover cannot bring it back
 
 
 def test_postgres_crash_restart_is_reported_and_resumed(tmp_path):
