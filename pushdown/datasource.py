@@ -266,6 +266,7 @@ class HtapReader(DataSourceReader):
         from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access, source_ranges
         from htap.pushdown.source_snapshot import export_held_snapshot
+        from htap.replica.warehouse import open_warehouse
         from htap.rewrite.subplan import PushedSubplan
 
         cfg, store, table = _open(opts)
@@ -284,6 +285,7 @@ class HtapReader(DataSourceReader):
                 source=source.name, schema=opts.schema, table=opts.table, mode=opts.route,
                 as_of_seq=opts.as_of_seq, as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot,
                 snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables,
+                warehouse_problem=open_warehouse(cfg).unreachable(),
             )
             plan = plan_scan(store, request, subplan, window_s=cfg.window_s, pin_ttl_s=cfg.pin_ttl_s,
                              export=lambda: export_held_snapshot(str(cfg.path), source.name))
@@ -320,8 +322,10 @@ class HtapReader(DataSourceReader):
         from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access
         from htap.pushdown.source_snapshot import export_held_snapshot
+        from htap.replica.warehouse import open_warehouse
 
         source = cfg.source(opts.source)
+        problem = open_warehouse(cfg).unreachable()
         join = subplan.join
         tables = []
         for name in join.table_names():
@@ -340,7 +344,7 @@ class HtapReader(DataSourceReader):
             ScanRequest(
                 source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
                 as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot, snapshot_token=opts.snapshot_token,
-                snapshot_tables=opts.snapshot_tables,
+                snapshot_tables=opts.snapshot_tables, warehouse_problem=problem,
             )
             for t in tables
         ]

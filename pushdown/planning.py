@@ -43,6 +43,7 @@ class ScanRequest:
     source_snapshot: str | None = None  # given by the caller (the verifier)
     snapshot_token: str | None = None  # the query's, from the snapshot strategy
     snapshot_tables: tuple[str, ...] = ()  # the query's HTAP tables, catalog.schema.table
+    warehouse_problem: str | None = None  # why the warehouse cannot be read now (Warehouse.unreachable)
 
 
 @dataclass(frozen=True)
@@ -128,14 +129,15 @@ def _route(
     if as_of is not None or not req.snapshot_token:
         # Time travel (every scan of the query asks the same seq), or a lone scan without the
         # snapshot strategy: this table decides alone.
-        route = decide(table, queryable_window(store, table, window_s), now, mode=req.mode, as_of=as_of)
+        route = decide(table, queryable_window(store, table, window_s), now, mode=req.mode, as_of=as_of,
+                       unavailable=req.warehouse_problem)
         return route, req.source_snapshot if route.target == ROUTE_SOURCE else None
     fixed = store.fixed_query_snapshot(req.snapshot_token, req.source)
     if fixed is None:
         fixed = _fix_query_snapshot(store, req, window_s, now, exported)
     if fixed == QUERY_READS_SOURCE:
         snapshot = store.query_source_snapshot(req.snapshot_token, req.source)
-        own = decide(table, queryable_window(store, table, window_s), now, mode=ROUTE_AUTO)
+        own = decide(table, queryable_window(store, table, window_s), now, mode=ROUTE_AUTO, unavailable=req.warehouse_problem)
         why = own.reason if own.target == ROUTE_SOURCE else "another table of its source in the query must come from the source"
         return Route(ROUTE_SOURCE, None, f"{why}; the query reads every table of this source there, at one snapshot"), snapshot
     window = queryable_window(store, table, window_s)
@@ -163,7 +165,8 @@ def _fix_query_snapshot(store: MetadataStore, req: ScanRequest, window_s: float,
         tables.append(store.get_table(req.source, req.schema, req.table))
     seqs = [t.max_safe_seq for t in tables if t.readable and not t.failover]
     candidate = min(seqs) if seqs else None
-    routes = [decide(t, queryable_window(store, t, window_s), now, mode=req.mode, snapshot=candidate) for t in tables]
+    routes = [decide(t, queryable_window(store, t, window_s), now, mode=req.mode, snapshot=candidate,
+                     unavailable=req.warehouse_problem) for t in tables]
     if all(r.target == ROUTE_REPLICA for r in routes):
         return store.query_snapshot(req.snapshot_token, req.source, candidate)
     # Even a query of one table may scan it twice (self-join, UNION ALL): always one snapshot.

@@ -40,16 +40,20 @@ def decide(
     mode: str = ROUTE_AUTO,
     as_of: int | None = None,
     snapshot: int | None = None,
+    unavailable: str | None = None,
 ) -> Route:
     """Where one scan of `table` reads. `as_of`: an explicit time-travel seq; `snapshot`: the
-    query's shared snapshot seq (from the snapshot rule), if any."""
+    query's shared snapshot seq (from the snapshot rule), if any; `unavailable`: why the
+    warehouse cannot be read now (an unreachable object store), if it cannot."""
     name = table.qualified_name
     if mode == ROUTE_SOURCE:
         if as_of is not None:
             raise RoutingError(f"{name}: time travel reads the replica, but this catalog routes to the source")
         return Route(ROUTE_SOURCE, None, "catalog option route=source")
     problem = None
-    if table.failover:
+    if unavailable is not None:
+        problem = unavailable
+    elif table.failover:
         problem = "failover is on for the table"
     elif window is None:
         problem = f"the replica is {table.state}" + (f": {table.error}" if table.error else "")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from htap.replica.manifest import write_manifest
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, TableInfo
-from htap.replica.repartition import Counted, collect_orphans, repartition_table
+from htap.replica.repartition import ORPHAN_AGE_S, Counted, collect_orphans, repartition_table
 from htap.replica.snapshot import queryable_window
 from htap.replica.warehouse import Warehouse, as_warehouse, open_warehouse
 
@@ -211,7 +212,7 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
     store = MetadataStore(cfg.metadata)
     rechecked: dict[int, float] = {}
     counted: Counted = {}
-    swept: set[int] = set()
+    swept: dict[int, float] = {}  # table id -> when its unreferenced files were last collected
     try:
         while not stop.wait(cfg.compaction_interval_s):
             unsafe = False  # a manifest may still name retired deltas: collect no garbage this pass
@@ -227,8 +228,8 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
                 try:
                     compact_table(cfg, store, table, policy)
                     repartition_table(open_warehouse(cfg), store, table, cfg.partition_rows, counted)
-                    if table.id not in swept:  # once per service run: files of writers killed before
-                        swept.add(table.id)
+                    if time.monotonic() - swept.get(table.id, -ORPHAN_AGE_S) >= ORPHAN_AGE_S:  # hourly:
+                        swept[table.id] = time.monotonic()  # files of writers killed before their commit
                         collect_orphans(open_warehouse(cfg), store, table)
                 except DamagedReplicaError as e:
                     log.error("%s: marked unhealthy: %s", table.qualified_name, e)

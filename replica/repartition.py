@@ -69,6 +69,7 @@ SPLIT_ABOVE = 1.5  # a partition with more live rows than SPLIT_ABOVE x partitio
 # ... into ceil(rows / partition_rows) partitions of equal counts (each at most partition_rows).
 MERGE_BELOW = 0.5  # adjacent partitions with at most MERGE_BELOW x partition_rows row versions
 # together merge (row versions bound the live rows from above, so no read is needed to decide).
+ORPHAN_AGE_S = 3600.0  # an unreferenced file this old is no running writer's (collect_orphans)
 
 
 @dataclass(frozen=True)
@@ -150,55 +151,55 @@ def repartition(warehouse: Warehouse | Path, store: MetadataStore, table_id: int
         seq = table.max_safe_seq
         floor = store.truncated_at(table_id, seq)
     label = f"{table.source}.{table.qualified_name}"
-    with REPARTITION_SECONDS.labels(table.source, table.qualified_name, change.action).time():
-        data = fold(warehouse, table, inputs, seq, floor)
-        points = None
-        if change.action == "split":
-            key = (table_id, change.parts[0])
-            if data.num_rows <= SPLIT_ABOVE * partition_rows:
-                _remember(counted, key, inputs, data.num_rows)
+    data = fold(warehouse, table, inputs, seq, floor)
+    points = None
+    if change.action == "split":
+        key = (table_id, change.parts[0])
+        if data.num_rows <= SPLIT_ABOVE * partition_rows:
+            _remember(counted, key, inputs, data.num_rows)
+            return None
+        points = split_points(data.column(table.key[0]), math.ceil(data.num_rows / partition_rows))
+        if points is None:
+            log.warning("%s partition %d: %d live rows but one value of %s: cannot split", label, change.parts[0],
+                        data.num_rows, table.key[0])
+            _remember(counted, key, inputs, data.num_rows)
+            return None
+    first = layout.ids.index(change.parts[0])
+    last = first + len(change.parts) - 1
+    next_id = store.next_partition_id(table_id)
+    new_ids = tuple(range(next_id, next_id + _count(points)))
+    new = Layout(_new_bounds(decode_bounds(layout.bounds_b64), first, last, points),
+                 layout.ids[:first] + new_ids + layout.ids[last + 1:], seq)
+    written: list[NewDelta] = []
+    committed = False
+    try:
+        for index, rows in split_by_partition(data, table.key[0], points):
+            written.append(write_delta(warehouse, table, rows, new_ids[index], dv=first_versions(table)))
+        if meanwhile is not None:
+            meanwhile()
+        with ExitStack() as locks:
+            locks.enter_context(layout_lock(warehouse, table))
+            for p in sorted(change.parts):
+                locks.enter_context(partition_lock(warehouse, table, p))
+            fresh = store.table_by_id(table_id)
+            if (fresh.layout.bounds_b64, fresh.layout.ids) != (layout.bounds_b64, layout.ids):
                 return None
-            points = split_points(data.column(table.key[0]), math.ceil(data.num_rows / partition_rows))
-            if points is None:
-                log.warning("%s partition %d: %d live rows but one value of %s: cannot split", label, change.parts[0],
-                            data.num_rows, table.key[0])
-                _remember(counted, key, inputs, data.num_rows)
-                return None
-        first = layout.ids.index(change.parts[0])
-        last = first + len(change.parts) - 1
-        next_id = store.next_partition_id(table_id)
-        new_ids = tuple(range(next_id, next_id + _count(points)))
-        new = Layout(_new_bounds(decode_bounds(layout.bounds_b64), first, last, points),
-                     layout.ids[:first] + new_ids + layout.ids[last + 1:], seq)
-        written: list[NewDelta] = []
-        committed = False
-        try:
-            for index, rows in split_by_partition(data, table.key[0], points):
-                written.append(write_delta(warehouse, table, rows, new_ids[index], dv=first_versions(table)))
-            if meanwhile is not None:
-                meanwhile()
-            with ExitStack() as locks:
-                locks.enter_context(layout_lock(warehouse, table))
-                for p in sorted(change.parts):
-                    locks.enter_context(partition_lock(warehouse, table, p))
-                fresh = store.table_by_id(table_id)
-                if (fresh.layout.bounds_b64, fresh.layout.ids) != (layout.bounds_b64, layout.ids):
-                    return None
-                live = [d for d in store.deltas(table_id) if d.part in change.parts]
-                if not {d.id for d in inputs} <= {d.id for d in live}:
-                    return None  # a compaction replaced some input meanwhile: try again next pass
-                carried = [d for d in live if d.id not in {i.id for i in inputs}]
-                for d in carried:
-                    written += carry(warehouse, fresh, d, points, new_ids, written)
-                why = f"{change.action} of {list(change.parts)} at seq {seq}: {change.why}"
-                committed = store.commit_layout(table_id, layout, new, live, written, why)
-        finally:
-            if not committed:
-                for d in written:
-                    delete_delta_files(warehouse, d.path)
+            live = [d for d in store.deltas(table_id) if d.part in change.parts]
+            if not {d.id for d in inputs} <= {d.id for d in live}:
+                return None  # a compaction replaced some input meanwhile: try again next pass
+            carried = [d for d in live if d.id not in {i.id for i in inputs}]
+            for d in carried:
+                written += carry(warehouse, fresh, d, points, new_ids, written)
+            why = f"{change.action} of {list(change.parts)} at seq {seq}: {change.why}"
+            committed = store.commit_layout(table_id, layout, new, live, written, why)
+    finally:
+        if not committed:
+            for d in written:
+                delete_delta_files(warehouse, d.path)
     if not committed:
         return None
     seconds = time.monotonic() - started
+    REPARTITION_SECONDS.labels(table.source, table.qualified_name, change.action).observe(seconds)
     sizes = [sum(d.rows for d in written if d.part == p and d.max_seq <= seq) for p in new_ids]
     log.info(
         "%s: %s partitions %s -> %s at seq %s (%s; live rows %s), %d deltas committed meanwhile carried over;"
@@ -303,7 +304,7 @@ def _versions(root: Path, table: TableInfo, delta: Delta) -> pa.Table:
 
 
 def collect_orphans(warehouse: Warehouse | Path, store: MetadataStore, table: TableInfo,
-                    older_than_s: float = 3600.0) -> int:
+                    older_than_s: float = ORPHAN_AGE_S) -> int:
     """Delete files in the table's folder that no delta of the metadata references (live or
     retired) and that are older than `older_than_s` — what a writer killed between writing a
     delta and committing it left behind (a younger file may be a running writer's). Returns

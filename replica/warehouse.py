@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CHUNK = 1 << 20
 TMP_SUFFIX = ".tmp"
+STALE_S = 24 * 3600.0  # staged files and read folders older than this were left by a crashed process
 
 
 def checksum_of(path: Path) -> str:
@@ -123,6 +125,11 @@ class Warehouse(ABC):
 
     def create(self) -> None:
         """Make the warehouse usable (`htap init`)."""
+
+    def unreachable(self) -> str | None:
+        """Why the warehouse cannot be read now, or None: asked when a scan is planned, so it
+        fails over to the source instead of failing in its tasks."""
+        return None
 
     def url(self, rel: str) -> str:
         """Where `rel` lives, for messages."""
@@ -355,6 +362,24 @@ class LocalCache:
             return []
         return [p for p in self.files.rglob("*") if p.is_file() and not p.name.endswith(TMP_SUFFIX)]
 
+    def sweep(self, now: float | None = None) -> int:
+        """Remove staged files and read folders a crashed process left behind (older than
+        STALE_S: no live read or upload takes that long); returns how many."""
+        now = time.time() if now is None else now
+        removed = 0
+        for folder in (self.root / "staging", self.root / "reads"):
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    if now - entry.lstat().st_mtime > STALE_S:
+                        if entry.is_dir():
+                            shutil.rmtree(entry, ignore_errors=True)
+                        else:
+                            entry.unlink()
+                        removed += 1
+        return removed
+
     def evict(self, keep: Path | None = None) -> int:
         """Remove least recently used files until the cache fits its limit (never `keep`, the
         file just admitted, so a file larger than the limit can still be read); returns how many."""
@@ -394,8 +419,18 @@ class ObjectStoreWarehouse(Warehouse):
         self.opts = opts
         self.fs = filesystem if filesystem is not None else s3_filesystem(opts)
         self.retry = retry or Retry(attempts=opts.retries)
-        cache_root = (opts.cache_dir or Path("cache")) / hashlib.sha1(self.location.encode()).hexdigest()[:12]
+        name = hashlib.sha1(self.location.encode()).hexdigest()[:12]
+        cache_root = (opts.cache_dir or Path("cache")) / name
+        try:
+            cache_root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # e.g. an executor that may not write beside the config file
+            fallback = Path(tempfile.gettempdir()) / "spark-htap-cache" / name
+            log.warning("cache folder %s unusable (%s): caching in %s; set replica.cache_dir or $HTAP_CACHE_DIR",
+                        cache_root, e, fallback)
+            cache_root = fallback
         self.cache = LocalCache(cache_root, opts.cache_bytes)
+        self._probed: tuple[float, str | None] = (-1e9, None)
+        self.cache.sweep()  # once per process: what crashed processes left
 
     def __repr__(self) -> str:
         return f"ObjectStoreWarehouse({self.location}, cache={self.cache.root})"
@@ -529,6 +564,21 @@ class ObjectStoreWarehouse(Warehouse):
 
     def lock_dir(self, rel: str) -> Path:
         return self.cache.root / "locks" / rel
+
+    PROBE_TTL_S = 5.0  # a probe's answer serves the scans planned in the next seconds
+
+    def unreachable(self) -> str | None:
+        """One lookup of the warehouse's folder, no retries; the answer is kept PROBE_TTL_S."""
+        now = time.monotonic()
+        if now - self._probed[0] < self.PROBE_TTL_S:
+            return self._probed[1]
+        try:
+            self.fs.get_file_info(self.base)
+            problem = None
+        except OSError as e:
+            problem = f"the object store of warehouse {self.location} is unreachable ({_first_line(str(e))})"
+        self._probed = (now, problem)
+        return problem
 
     def scratch(self) -> Path:
         return self.cache.root / "tmp"

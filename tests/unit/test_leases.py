@@ -106,3 +106,37 @@ def test_a_task_whose_lease_lapsed_plans_its_partition_again_at_the_same_seq():
             assert again.delta_paths == ("d1",) and again.seq == 5 and again.lease not in (None, plan.lease)
         finally:
             store.close()
+
+
+def test_a_repartition_keeps_old_partitions_for_reads_below_it_and_a_lapsed_task_of_them_fails():
+    """A split at seq 3 (metadata only): reads at seq 2 plan the old partition and its retired
+    delta, reads at 5 the new ones; garbage collection keeps the old delta while the window or a
+    lease reaches below 3; a task of the old partition whose lease lapsed fails (re-run the query)."""
+    import pytest
+
+    from htap.replica.leases import RepartitionedError
+    from htap.replica.models import Layout
+
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as tmp:
+        store, table_id = new_store(Path(tmp), clock)
+        try:
+            table = store.table_by_id(table_id)
+            (old_plan,) = pin_and_plan(store, table, 5, 3_600.0, LEASE_S)
+            old = table.layout
+            new = Layout(None, (1,), 3)  # one partition, new id: the shape of a split is not the point here
+            assert store.commit_layout(table_id, old, new, store.deltas(table_id), [NewDelta(table_id, "n1", 1, 5, 1, 1, part=1)], "test")
+            assert not store.commit_layout(table_id, old, new, [], [], "again")  # the layout moved on: refused
+            table = store.table_by_id(table_id)
+            assert table.layout.ids == (1,) and store.layout_at(table_id, 2).ids == (0,) and store.layout_at(table_id, 3).ids == (1,)
+            clock.now += LEASE_S / 2 + 1  # the process's shared lease is too old to lend
+            assert [(p.part, p.delta_paths) for p in pin_and_plan(store, table, 2, 3_600.0, LEASE_S)] == [(0, ("d0",))]
+            assert [(p.part, p.delta_paths) for p in pin_and_plan(store, table, 5, 3_600.0, LEASE_S)] == [(1, ("n1",))]
+            clock.now += LEASE_S + 1  # every lease lapsed
+            assert store.collect_garbage({table_id: 2}) == []  # the window still reaches below seq 3
+            with pytest.raises(RepartitionedError, match="re-run the query"):
+                renewed_plan(store, table_id, old_plan, LEASE_S, 3_600.0)
+            clock.now += LEASE_S + 1
+            assert store.collect_garbage({table_id: 3}) == ["d0"]
+        finally:
+            store.close()

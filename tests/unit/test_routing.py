@@ -50,6 +50,8 @@ ROUTES = [
      Route("source", None, "failed over to the source: seq 49 is outside the queryable window [50, 100]")),
     ("snapshot above the window", {}, WINDOW, {"snapshot": 101},
      Route("source", None, "failed over to the source: seq 101 is outside the queryable window [50, 100]")),
+    ("an unreachable warehouse", {}, WINDOW, {"unavailable": "the object store is unreachable"},
+     Route("source", None, "failed over to the source: the object store is unreachable")),
     ("stale is reported before the window", {"max_staleness_s": 1}, WINDOW, {"snapshot": 500},
      Route("source", None, "failed over to the source: the replica is 2.0 s behind, more than htap.max_staleness=1 s")),
 ]
@@ -78,6 +80,8 @@ ERRORS = [
      "public.orders: the catalog requires the replica (route=replica), but the replica is 2.0 s behind, more than htap.max_staleness=1 s"),
     ("route=replica, unreadable", {"state": STATE_CATCHING_UP}, None, {"mode": ROUTE_REPLICA},
      "public.orders: the catalog requires the replica (route=replica), but the replica is catching_up"),
+    ("time travel with an unreachable warehouse", {}, WINDOW, {"as_of": 60, "unavailable": "the store is down"},
+     "public.orders: cannot time travel to seq 60: the store is down"),
     ("route=replica, snapshot outside", {}, WINDOW, {"mode": ROUTE_REPLICA, "snapshot": 10},
      "public.orders: the catalog requires the replica (route=replica), but seq 10 is outside the queryable window [50, 100]"),
 ]
