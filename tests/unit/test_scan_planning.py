@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from htap.pushdown.planning import ScanRequest, plan_scan
+from htap.pushdown.planning import ScanRequest, plan_scan, plan_scans
 from htap.pushdown.routing import RoutingError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import Column
@@ -94,3 +94,53 @@ def test_time_travel_and_lone_scans_decide_alone(store):
     assert scan(store, "a", token="q3", as_of_seq=105).route.seq == 105
     with pytest.raises(RoutingError, match="cannot time travel"):
         scan(store, "a", as_of_seq=1)
+
+
+# --- joined scans: several tables planned in one transaction ------------------------------------
+
+
+def joined(store, token=None, mode="auto", exports=None):
+    reqs = [ScanRequest(source="src", schema="public", table=t, mode=mode, snapshot_token=token,
+                        snapshot_tables=("cat.public.a", "cat.public.b") if token else ()) for t in ("a", "b")]
+    return plan_scans(store, reqs, [PushedSubplan(), PushedSubplan()], window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S,
+                      export=exports or Exports())
+
+
+def test_a_joined_scan_pins_and_records_every_table_at_the_querys_seq(store):
+    a, b = joined(store, token="q1")
+    assert a.route.target == b.route.target == "replica" and a.route.seq == b.route.seq == 110
+    assert a.reads and b.reads and a.reads[0].lease is not None and b.reads[0].lease is not None
+    for plan in (a, b):
+        assert store.recent_scans(plan.table.id, 1)[0].seq == 110
+
+
+def test_a_lone_joined_scan_never_mixes_the_seqs_of_its_tables(store):
+    # Without a query snapshot each table alone decides: c, copied later, is still catching up, so
+    # the join reads both from the source (one statement); once c is readable, both the replica.
+    c = store.add_table("src", "public", "c", [Column("id", "integer", False)], ["id"], "schema")
+    store.start_copy(c.id)
+    store.finish_copy(c.id, [NewDelta(c.id, "c0", 200, 200, 1, 10, 0, 0)], copy_seq=200, partition_bounds=None)
+    reqs = [ScanRequest(source="src", schema="public", table=t, mode="auto") for t in ("a", "c")]
+    plan = lambda: plan_scans(store, reqs, [PushedSubplan(), PushedSubplan()], window_s=WINDOW_S,  # noqa: E731
+                              pin_ttl_s=PIN_TTL_S, export=Exports())
+    assert [p.route.target for p in plan()] == ["source", "source"]
+    store.commit_checkpoint("src", [], 210, time.time())
+    a, c_plan = plan()
+    assert a.route.target == c_plan.route.target == "replica" and a.route.seq == c_plan.route.seq == 210
+
+
+def test_a_lone_joined_scan_with_one_table_failed_over_reads_both_from_the_source(store):
+    store.set_failover(store.get_table("src", "public", "b").id, True)
+    exports = Exports()
+    a, b = joined(store, exports=exports)
+    assert a.route.target == b.route.target == "source"  # one source statement: one snapshot
+    assert "a table joined with it must come from the source" in a.route.reason
+    assert not store.live_pins() and exports.names == []
+
+
+def test_a_joined_scan_in_a_query_that_reads_the_source_shares_its_exported_snapshot(store):
+    store.set_failover(store.get_table("src", "public", "a").id, True)
+    exports = Exports()
+    a, b = joined(store, token="q1", exports=exports)
+    assert a.route.target == b.route.target == "source"
+    assert a.source_snapshot == b.source_snapshot == "snap-0" and exports.names == ["snap-0"]
