@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from htap.conf.access import AccessConfig, parse_access, render_access
 from htap.conf.service import ServiceConfig, parse_service, render_service
 from htap.errors import ConfigError
 from htap.seq import BINLOG, LSN, PLAIN, SeqCodec
@@ -252,6 +253,7 @@ class HtapConfig:
     source_range_rows: int = 250_000
     sources: dict[str, SourceConfig] = field(default_factory=dict)
     service: ServiceConfig = ServiceConfig()  # [service]: metrics, health, source watching
+    access: AccessConfig = AccessConfig()  # [access]: who may read through Spark
     object_store: ObjectStoreConfig = ObjectStoreConfig()  # an s3:// warehouse's endpoint, credentials, cache
 
     def source(self, name: str | None = None) -> SourceConfig:
@@ -291,7 +293,7 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 
 
 def parse_config(raw: dict, path: Path) -> HtapConfig:
-    _check_keys(raw, {"replica", "sources", "service"}, path, "")
+    _check_keys(raw, {"replica", "sources", "service", "access"}, path, "")
     for section in ("replica", "sources"):
         if not isinstance(raw.get(section, {}), dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
@@ -349,6 +351,7 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
         metadata=metadata,
         sources=sources,
         service=parse_service(raw.get("service", {}), path),
+        access=parse_access(raw.get("access", {}), path),
         object_store=object_store,
         **numbers,
     )
@@ -482,6 +485,7 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
     lines += render_service()
+    lines += render_access()
     lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind not in CONFIG_CLASSES:
         raise ConfigError(f"kind {kind!r} is not supported; use one of {SOURCE_KINDS}")

@@ -43,7 +43,7 @@ from htap.connectors.changes import (
 from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column, replica_value_sql
 from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import Column, SourceTable
-from htap.errors import NoSuchTableError, SourceError, TableError
+from htap.errors import AccessError, NoSuchTableError, SourceError, TableError
 from htap.rewrite.subplan import PushedSubplan
 from htap.seq import int_to_lsn, lsn_to_int
 
@@ -369,6 +369,15 @@ class PostgresSource(ChangeSource, QueryableSource):
 
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         return check_select(self.config.dsn, user, table.schema, table.name, columns)
+
+    def check_login(self, user: str, password: str) -> str:
+        """Connect as `user` (the source's host, port and database) with `password`."""
+        try:
+            psycopg2.connect(self.config.dsn, user=user, password=password, connect_timeout=10).close()
+        except psycopg2.OperationalError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise AccessError(f"source role {user!r} cannot log in to source {self.config.name}: {first}") from e
+        return user
 
     def server_process(self) -> int | str:
         conn = self._conn()

@@ -20,7 +20,7 @@ from sqlglot import exp
 from htap.conf import SourceConfig
 from htap.connectors.changes import ChangeSource
 from htap.connectors.tables import SourceTable
-from htap.errors import HtapError, SourceError
+from htap.errors import AccessError, HtapError, SourceError
 from htap.rewrite import dialects, render
 from htap.rewrite.subplan import PushedSubplan
 
@@ -124,6 +124,12 @@ class QueryableSource(ABC):
         """None if the source role `user` may read those columns, else why not (the replica
         never widens access)."""
 
+    def check_login(self, user: str, password: str) -> str:
+        """Log in to the source as `user` with `password` (a real connection, closed at once)
+        and return the role `check_select` must then check (AccessError when the source refuses
+        the login; its message never holds the password). Default: this source cannot."""
+        raise AccessError(f"source {self.config.name} cannot authenticate readers (access.mode = \"login\")")
+
     def server_process(self) -> int | str:
         """The server's main process id when it runs on this machine (CPU accounting of
         `verify replay`), else why it cannot be measured. Default: unknown."""
@@ -180,6 +186,9 @@ class ThroughOrigin(QueryableSource):
 
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         return self.inner.check_select(user, table, columns)
+
+    def check_login(self, user: str, password: str) -> str:
+        return self.inner.check_login(user, password)
 
     def export_snapshot(self, *, exact_seq: bool = True) -> SourceSnapshot:
         return self.inner.export_snapshot(exact_seq=exact_seq)

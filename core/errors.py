@@ -53,6 +53,11 @@ class WarehouseAccessError(WarehouseError):
     cannot help; the message names the setting to fix."""
 
 
+class AccessError(HtapError):
+    """A read was refused: no credentials where `access.mode = "login"` asks for them, or the
+    source refused the login. Never carries a password."""
+
+
 class InternalQueryError(HtapError):
     """A query spark-htap generated itself failed on intact data: a bug in spark-htap, never
     damage, so it fails the query but leaves the table's health alone."""

@@ -14,7 +14,7 @@ and the source drivers load in the worker that plans or reads.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -52,6 +52,8 @@ OPTION_TABLE = "table"
 OPTION_PUSHED = "pushed"  # the pushed subplan, JSON (htap.rewrite.subplan)
 OPTION_ROUTE = "route"  # auto | replica | source
 OPTION_USER = "user"  # source user whose privileges every read must respect
+OPTION_PASSWORD = "password"  # its password (access.mode = "login"); never logged or shown
+OPTION_PASSWORD_FILE = "password_file"  # or a file holding it, read on the driver
 OPTION_AS_OF_VERSION = "as_of_version"  # FOR VERSION AS OF: a seq (Postgres: LSN or integer)
 OPTION_AS_OF_SEQ = "as_of_seq"  # the same, as a catalog option (e.g. for verification)
 OPTION_AS_OF_TIME = "as_of_time"  # FOR TIMESTAMP AS OF: Unix seconds
@@ -66,6 +68,7 @@ OPTIONS = (
     OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_ROUTE, OPTION_USER,
     OPTION_AS_OF_VERSION, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME, OPTION_SOURCE_SNAPSHOT,
     OPTION_SNAPSHOT_TOKEN, OPTION_SNAPSHOT_TABLES, OPTION_LEASE_OWNER, OPTION_EXECUTOR_METADATA,
+    OPTION_PASSWORD, OPTION_PASSWORD_FILE,
 )
 
 
@@ -87,6 +90,8 @@ class ScanOptions:
     snapshot_tables: tuple[str, ...] = ()
     lease_owner: str | None = None
     executor_metadata: str | None = None
+    password: str | None = field(default=None, repr=False)
+    password_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ScanOptions":
@@ -123,7 +128,21 @@ class ScanOptions:
             snapshot_tables=tuple(t for t in opts.get(OPTION_SNAPSHOT_TABLES, "").split(",") if t),
             lease_owner=opts.get(OPTION_LEASE_OWNER) or None,
             executor_metadata=opts.get(OPTION_EXECUTOR_METADATA) or None,
+            password=opts.get(OPTION_PASSWORD),
+            password_file=opts.get(OPTION_PASSWORD_FILE) or None,
         )
+
+    def reader_role(self, cfg, source) -> str | None:
+        """The source role whose privileges this read must respect (htap.pushdown.access); a
+        refused read raises PermissionError with PERMISSION_MARKER (the shim's SecurityException)."""
+        from htap.errors import AccessError
+        from htap.pushdown.access import Credentials, reader_role
+
+        try:
+            creds = Credentials.from_options(self.user, self.password, self.password_file)
+            return reader_role(cfg, source, creds)
+        except AccessError as e:
+            raise PermissionError(f"{PERMISSION_MARKER}: {e}") from None
 
 
 def _open(opts: ScanOptions):
@@ -256,6 +275,8 @@ class SystemTableReader(DataSourceReader):
         from htap.rewrite.subplan import PushedSubplan
 
         cfg = load_config(opts.config)
+        if cfg.access.login_required:  # the replica's state is for logged-in roles too
+            opts.reader_role(cfg, cfg.source(opts.source))
         output = to_arrow_schema(schema, timezone="UTC")
         with MetadataStore(cfg.metadata) as store:
             batches = query(rows(store, cfg.window_s, opts.table), PushedSubplan.from_json(opts.pushed), output)
@@ -302,8 +323,9 @@ class HtapReader(DataSourceReader):
             if subplan.join is not None:
                 self._plan_join(opts, cfg, store, subplan)
                 return
-            if opts.user:  # a round trip to the source: before the scan's metadata transaction
-                denied = check_access(source, opts.user, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
+            role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
+            if role:
+                denied = check_access(source, role, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
             request = ScanRequest(
@@ -364,10 +386,11 @@ class HtapReader(DataSourceReader):
                 tables.append(store.get_table(source.name, schema_name, table_name))
             except NoSuchTableError as e:
                 raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
-        if opts.user:  # round trips to the source: before the scan's metadata transaction
+        role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
+        if role:
             for table, joined in zip(tables, join.tables):
                 columns = sorted(joined.subplan.referenced_columns() or [c.name for c in table.columns])
-                denied = check_access(source, opts.user, table, columns)
+                denied = check_access(source, role, table, columns)
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
         requests = [

@@ -37,6 +37,8 @@ PG_SETTINGS = {
     # No timed checkpoint flushes WAL behind the tests' back (test_idle_freshness relies on it).
     "checkpoint_timeout": "1h",
 }
+# Roles in this group must log in with their password on the private Postgres (pg_hba scram).
+PASSWORD_GROUP = "htap_password_login"
 MY_BINARIES = ("/usr/sbin/mariadbd", "/usr/sbin/mysqld", "/usr/bin/mariadbd")
 
 
@@ -82,6 +84,13 @@ class PostgresServer:
         conn = psycopg2.connect(dsn)
         conn.autocommit = True
         conn.cursor().execute("CREATE DATABASE test")
+        # Members of PASSWORD_GROUP log in with their password (scram); everyone else as before
+        # (trust): tests of access.mode = "login" need a server that really checks passwords.
+        conn.cursor().execute(f"CREATE ROLE {PASSWORD_GROUP} NOLOGIN")
+        hba = data_dir / "pg_hba.conf"
+        hba.write_text(f"local all +{PASSWORD_GROUP} scram-sha-256\nhost all +{PASSWORD_GROUP} 127.0.0.1/32 scram-sha-256\n"
+                       + hba.read_text())
+        conn.cursor().execute("SELECT pg_reload_conf()")
         conn.close()
         return cls(dsn.replace("dbname=postgres", "dbname=test"), data_dir)
 

@@ -32,7 +32,7 @@ from htap.connectors.mysql.server import connect, error_message, server_is_maria
 from htap.connectors.mysql.snapshot import fetch_columns, open_snapshot
 from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import SourceTable
-from htap.errors import SourceError
+from htap.errors import AccessError, SourceError
 from htap.rewrite.subplan import PushedSubplan
 from htap.seq import format_binlog
 
@@ -182,6 +182,23 @@ class MySQLQueryable(QueryableSource):
                 yield pa.RecordBatch.from_arrays(arrays, schema=output)
         except pymysql.err.MySQLError as e:
             raise SourceError(f"reading {what} from source {self.config.name} failed: {error_message(e)}") from e
+        finally:
+            conn.close()
+
+    def check_login(self, user: str, password: str) -> str:
+        """Connect as `user` (`name`, or `name@host` whose name is used) with `password`, and
+        return the account the server authenticated (`CURRENT_USER()`, `name@host`): the one
+        whose grants decide, whatever host the catalog named."""
+        name = user.partition("@")[0]
+        try:
+            conn = pymysql.connect(host=self.config.host, port=self.config.port, user=name, password=password,
+                                   connect_timeout=10)
+        except pymysql.err.MySQLError as e:
+            raise AccessError(f"source account {name!r} cannot log in to source {self.config.name}: {error_message(e)}") from e
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT CURRENT_USER()")
+                return cur.fetchone()[0]
         finally:
             conn.close()
 

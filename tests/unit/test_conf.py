@@ -123,7 +123,7 @@ def test_a_non_number_names_the_key(key, value):
     [
         ({"replicas": {}}, "unknown config key 'replicas'; did you mean 'replica'?"),
         ({"source": {}}, "unknown config key 'source'; did you mean 'sources'?"),
-        ({"zzz": 1}, "unknown config key 'zzz'; known keys: replica, service, sources"),
+        ({"zzz": 1}, "unknown config key 'zzz'; known keys: access, replica, service, sources"),
         ({"replica": {"flush_interval": 1}}, "unknown config key 'replica.flush_interval'; did you mean 'replica.flush_interval_s'?"),
         ({"replica": {"max_delta": 3}}, "unknown config key 'replica.max_delta'; did you mean 'replica.max_deltas'?"),
         ({"replica": {"qqq": 3}}, "unknown config key 'replica.qqq'; known keys: " + ", ".join(sorted(REPLICA_KEYS))),

@@ -32,7 +32,8 @@ public class HtapCatalog implements TableCatalog {
   static final String NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE";
   /** Catalog options, passed on to the Python data source (htap.pushdown.datasource). */
   private static final Set<String> OPTIONS =
-      Set.of("config", "source", "route", "user", "as_of_seq", "source_snapshot", "executor_metadata");
+      Set.of("config", "source", "route", "user", "password", "password_file", "as_of_seq", "source_snapshot",
+          "executor_metadata");
 
   private String name;
   private Map<String, String> options;
@@ -46,7 +47,8 @@ public class HtapCatalog implements TableCatalog {
             "Unknown option spark.sql.catalog." + name + "." + key
                 + "; spark-htap catalogs take: " + String.join(", ", OPTIONS)
                 + " (config = path of htap.toml, source = source name in it, route = auto|replica|source,"
-                + " user = source user whose privileges reads must respect, as_of_seq, source_snapshot,"
+                + " user = source user whose privileges reads must respect, password / password_file = its password"
+                + " (access.mode = \"login\"), as_of_seq, source_snapshot,"
                 + " executor_metadata = the metadata store as executors read it, read-only)");
       }
     }
