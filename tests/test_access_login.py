@@ -20,7 +20,10 @@ WRONG = "wrong-" + uuid.uuid4().hex[:8]
 
 
 def login_mode(ws) -> None:
-    ws.config.write_text(ws.config.read_text() + '\n[access]\nmode = "login"\nlogin_cache_s = 30\n')
+    """Uncomment `mode` in the [access] section `htap init` wrote, as "login"."""
+    text = ws.config.read_text()
+    assert '# mode = "declared"' in text
+    ws.config.write_text(text.replace('# mode = "declared"', 'mode = "login"', 1))
 
 
 def catalog(spark, ws, name: str, **options: str) -> str:
@@ -79,10 +82,10 @@ def test_postgres_reads_log_in_as_a_source_role(workspace, spark, tmp_path):
         secret_file = tmp_path / "pw"
         secret_file.write_text(SECRET + "\n")
         from_file = catalog(spark, ws, "file", user=alice, password_file=str(secret_file))
-        assert spark.sql(f"SELECT count(*) FROM {from_file}.{t}").collect()[0][0] == 100
+        assert spark.sql(f"SELECT count(id) FROM {from_file}.{t}").collect()[0][0] == 100
         # A real login as a role that lacks the privileges: its privileges decide, as before.
         as_bob = catalog(spark, ws, "bob", user=bob, password=SECRET)
-        refused(spark, f"SELECT id FROM {as_bob}.{t}", rf"HTAP_PERMISSION_DENIED.*{bob} lacks SELECT")
+        refused(spark, f"SELECT id FROM {as_bob}.{t}", rf"HTAP_PERMISSION_DENIED.*{bob}' lacks SELECT")
     finally:
         for role in (alice, bob):
             ws.sql(f"DROP OWNED BY {role}")
