@@ -167,7 +167,7 @@ class ReplicaPartition(InputPartition):
 
     config: str
     table_id: int
-    warehouse: str
+    warehouse: str  # the warehouse's location, and below how to reach it: no config file needed
     table_label: str
     table_schema_b64: str
     key: tuple[str, ...]
@@ -175,6 +175,7 @@ class ReplicaPartition(InputPartition):
     pushed: str | None
     metadata: str = ""  # where the executor reads the metadata store (read-only)
     window_s: float = 36_000.0
+    object_store: object = None  # htap.conf.ObjectStoreConfig of an s3:// warehouse
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class JoinedPartition(InputPartition):
     pushed: str | None
     metadata: str = ""  # where the executor reads the metadata store (read-only)
     window_s: float = 36_000.0
+    object_store: object = None  # htap.conf.ObjectStoreConfig of an s3:// warehouse
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,8 @@ class JoinedSourcePartition(InputPartition):
     table_ids: tuple[int, ...]
     pushed: str | None
     snapshot: str | None
-    source_config: object = None  # htap.conf.SourceConfig of `source`
-    tables: tuple = ()  # htap.replica.models.TableInfo of each table
+    source_config: object  # htap.conf.SourceConfig of `source`
+    tables: tuple  # htap.replica.models.TableInfo of each table
 
 
 @dataclass(frozen=True)
@@ -223,8 +225,8 @@ class SourcePartition(InputPartition):
     table_id: int
     pushed: str | None
     snapshot: str | None  # an exported snapshot to read at, if the caller holds one
-    source_config: object = None  # htap.conf.SourceConfig of `source`
-    table: object = None  # htap.replica.models.TableInfo
+    source_config: object  # htap.conf.SourceConfig of `source`
+    table: object  # htap.replica.models.TableInfo
 
 
 class HtapDataSource(DataSource):
@@ -351,6 +353,7 @@ class HtapReader(DataSourceReader):
                         pushed=opts.pushed,
                         metadata=opts.executor_metadata or str(cfg.metadata),
                         window_s=cfg.window_s,
+                        object_store=cfg.object_store,
                     )
                     for read in plan.reads
                 ]
@@ -422,7 +425,8 @@ class HtapReader(DataSourceReader):
                 for read in plans[join.split].reads
             ]
         self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed,
-                                            opts.executor_metadata or str(cfg.metadata), cfg.window_s) for task in tasks]
+                                            opts.executor_metadata or str(cfg.metadata), cfg.window_s,
+                                            cfg.object_store) for task in tasks]
 
     def partitions(self) -> list[InputPartition]:
         return list(self._partitions)
@@ -442,18 +446,17 @@ class HtapReader(DataSourceReader):
     def _read_joined(self, partition: "JoinedPartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
         from htap.pushdown.replica_reader import JoinedTableRead, read_joined
         from htap.replica.leases import current_plan
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
-        from htap.replica.warehouse import open_warehouse
+        from htap.replica.warehouse import open_warehouse_at
         from htap.rewrite.subplan import PushedSubplan
 
-        cfg = load_config(partition.config)  # the warehouse's location and credentials
+        warehouse = open_warehouse_at(partition.warehouse, partition.object_store)
         plans = [t.plans for t in partition.tables]
         if any(p.lease is not None for ps in plans for p in ps):  # the driver holds the leases: only check them
-            with MetadataStore(partition.metadata or cfg.metadata, read_only=True) as store:
+            with MetadataStore(partition.metadata, read_only=True) as store:
                 plans = [tuple(current_plan(store, t.table_id, p, partition.window_s) for p in t.plans)
                          for t in partition.tables]
         reads = [
@@ -461,7 +464,7 @@ class HtapReader(DataSourceReader):
             for t, ps in zip(partition.tables, plans)
         ]
         try:
-            yield from read_joined(open_warehouse(cfg), reads, PushedSubplan.from_json(partition.pushed),
+            yield from read_joined(warehouse, reads, PushedSubplan.from_json(partition.pushed),
                                    to_arrow_schema(self.schema, timezone="UTC"))
         except DamagedReplicaError as e:
             # The driver marks the damaged table (DAMAGE_MARKER); executors never write metadata.
@@ -475,19 +478,11 @@ class HtapReader(DataSourceReader):
     def _read_joined_source(self, partition: "JoinedSourcePartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
         from htap.pushdown import partials
         from htap.pushdown.source_reader import read_joined_source
-        from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
 
-        if partition.source_config is not None:
-            source, tables = partition.source_config, list(partition.tables)
-        else:  # planned by an older driver
-            cfg = load_config(partition.config)
-            source = cfg.source(partition.source)
-            with MetadataStore(cfg.metadata, read_only=True) as store:
-                tables = [store.table_by_id(i) for i in partition.table_ids]
+        source, tables = partition.source_config, list(partition.tables)
         subplan = PushedSubplan.from_json(partition.pushed)
         output = to_arrow_schema(self.schema, timezone="UTC")
         sums = partials.decimal_sums(subplan, output)
@@ -497,21 +492,13 @@ class HtapReader(DataSourceReader):
     def _read_source(self, partition: "SourcePartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
         from htap.pushdown import partials
         from htap.pushdown.source_reader import read_source
-        from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
 
         import pyarrow as pa
 
-        if partition.source_config is not None:
-            source, table = partition.source_config, partition.table
-        else:  # planned by an older driver
-            cfg = load_config(partition.config)
-            source = cfg.source(partition.source)
-            with MetadataStore(cfg.metadata, read_only=True) as store:
-                table = store.table_by_id(partition.table_id)
+        source, table = partition.source_config, partition.table
         subplan = PushedSubplan.from_json(partition.pushed)
         output = to_arrow_schema(self.schema, timezone="UTC")
         if subplan.needs_no_column:  # `SELECT 1 FROM t`: read the first key column, hand Spark only the rows
@@ -527,24 +514,24 @@ class HtapReader(DataSourceReader):
     def _read(self, partition: "ReplicaPartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
         from htap.pushdown.replica_reader import read_plan
         from htap.replica.leases import current_plan
-        from htap.replica.warehouse import open_warehouse
+        from htap.replica.warehouse import open_warehouse_at
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
         from htap.rewrite.subplan import PushedSubplan
 
         # The driver holds the plan's lease while the query runs; the task only reads whether
-        # it still lives (planned again, unleased, if not: see htap.replica.leases).
-        cfg = load_config(partition.config)  # the warehouse's location and credentials
+        # it still lives (planned again, unleased, if not: see htap.replica.leases). The task
+        # carries the warehouse's location and settings: executors read no config file.
+        warehouse = open_warehouse_at(partition.warehouse, partition.object_store)
         plan = partition.plan
         if plan.lease is not None:
-            with MetadataStore(partition.metadata or cfg.metadata, read_only=True) as store:
+            with MetadataStore(partition.metadata, read_only=True) as store:
                 plan = current_plan(store, partition.table_id, plan, partition.window_s)
         try:
             yield from read_plan(
-                open_warehouse(cfg),
+                warehouse,
                 partition.table_label,
                 TableInfo.decode_schema(partition.table_schema_b64),
                 list(partition.key),

@@ -29,6 +29,7 @@ marks a table damaged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, TypeVar
 
-from htap.conf import HtapConfig, ObjectStoreConfig, is_url
+from htap.conf import CACHE_DIR_ENV, HtapConfig, ObjectStoreConfig, is_url
 from htap.errors import (
     DAMAGE_PREFIX,
     ConfigError,
@@ -601,13 +602,26 @@ _OPEN_LOCK = threading.Lock()
 def open_warehouse(cfg: HtapConfig) -> Warehouse:
     """The configured warehouse; one per process and configuration (its cache's verification
     memory and its S3 connections are shared by the process's reads)."""
-    location = cfg.warehouse
+    return _open(str(cfg.warehouse), cfg.object_store)
+
+
+def open_warehouse_at(location: str, object_store: ObjectStoreConfig) -> Warehouse:
+    """The warehouse at `location` with the driver's object-store settings, as a Spark task
+    carries them (executors read no config file). `HTAP_CACHE_DIR` in the executor's environment
+    puts its cache where that node wants it, instead of the driver's cache folder."""
+    here = os.environ.get(CACHE_DIR_ENV)
+    if here and is_url(location):
+        object_store = dataclasses.replace(object_store, cache_dir=Path(here).resolve())
+    return _open(location, object_store)
+
+
+def _open(location: str, object_store: ObjectStoreConfig) -> Warehouse:
     if not is_url(location):
         return LocalWarehouse(Path(location))
-    key = (str(location), cfg.object_store)
+    key = (location, object_store)
     with _OPEN_LOCK:
         if key not in _OPEN:
-            _OPEN[key] = ObjectStoreWarehouse(str(location), cfg.object_store)
+            _OPEN[key] = ObjectStoreWarehouse(location, object_store)
         return _OPEN[key]
 
 

@@ -15,11 +15,15 @@ import time
 
 from htap.catalog.shim import spark_session
 
+EXECUTOR_CACHE_ENV = "HTAP_TEST_EXECUTOR_CACHE"
+
 
 def main(config: str, catalog: str, queries: list[str]) -> None:
     os.environ["TZ"] = "UTC"
-    spark = spark_session(catalog, config, master="local-cluster[2,1,1024]", **{
-        "spark.driver.memory": "512m", "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "2"})
+    conf = {"spark.driver.memory": "512m", "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "2"}
+    if os.environ.get(EXECUTOR_CACHE_ENV):  # the executors' own cache folder (HTAP_CACHE_DIR on them only)
+        conf["spark.executorEnv.HTAP_CACHE_DIR"] = os.environ[EXECUTOR_CACHE_ENV]
+    spark = spark_session(catalog, config, master="local-cluster[2,1,1024]", **conf)
     try:
         spark.sparkContext.setLogLevel("ERROR")
         deadline = time.monotonic() + 300

@@ -361,6 +361,26 @@ def test_env_credentials_alone_reach_the_store(tmp_path, monkeypatch):
     assert w.get_bytes("a") == b"1"
 
 
+def test_a_task_opens_the_bucket_from_the_settings_it_carries_into_its_nodes_cache(tmp_path, monkeypatch):
+    """Executors read no config file: a task carries the warehouse's location and settings, and
+    HTAP_CACHE_DIR on the executor (not the driver's cache folder) says where its copies go."""
+    import pickle
+
+    from htap.conf import CACHE_DIR_ENV
+    from htap.replica.warehouse import open_warehouse_at
+
+    writer = s3_warehouse(tmp_path / "service")
+    checksum = put(writer, "t/p0/d1.parquet", b"delta bytes")
+    carried = pickle.loads(pickle.dumps(writer.opts))  # as a Spark task ships it
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "node-cache"))
+    reader = open_warehouse_at(writer.location, carried)
+    assert reader is not writer and reader.cache.root.is_relative_to(tmp_path / "node-cache")
+    with reader.local({"t/p0/d1.parquet": checksum}) as folder:
+        assert (folder / "t/p0/d1.parquet").read_bytes() == b"delta bytes"
+    assert list((tmp_path / "node-cache").rglob("*.parquet"))
+    assert open_warehouse_at(str(tmp_path / "wh"), carried).location == str(tmp_path / "wh")  # a local folder
+
+
 # --- recovery from the bucket alone -----------------------------------------------------------
 
 
@@ -443,15 +463,19 @@ def test_a_local_cluster_reads_the_s3_warehouse_like_postgres(s3_workspace):
         "SELECT id, kind, n FROM {t} WHERE id BETWEEN 100 AND 300": None,
     }
     catalog = "cluster"
+    # The executors' cache is a folder of their own (HTAP_CACHE_DIR set on them only): they open
+    # the bucket from the warehouse settings each task carries, not from the driver's config file.
+    executor_cache = ws.root / "executor-cache"
     r = subprocess.run([sys.executable, str(Path(__file__).parent / "cluster_query.py"), str(config), catalog,
                         *[q.format(t=f"{catalog}.{t}") for q in queries]],
-                       capture_output=True, text=True, cwd=ws.root, timeout=1200)
+                       capture_output=True, text=True, cwd=ws.root, timeout=1200,
+                       env={**os.environ, "HTAP_TEST_EXECUTOR_CACHE": str(executor_cache)})
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert lines[0]["executors"] == 2
     for q, result in zip(queries, lines[1:]):
         assert normalized(tuple(row) for row in result["rows"]) == normalized(ws.sql(q.format(t=t)))
-    assert list((ws.root / "cluster-cache").rglob("*.parquet")), "the executors fetched the deltas from the bucket"
+    assert list(executor_cache.rglob("*.parquet")), "the executors fetched the deltas from the bucket"
     assert not (ws.root / "warehouse").exists()
 
 
