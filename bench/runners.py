@@ -370,50 +370,45 @@ def duckdb_connection(files: dict[str, Path], threads: int | None = None):
 
 def run_duckdb(con, text: str, timeout_s: float) -> tuple[float, list[tuple], str]:
     """Run one query in DuckDB to completion (rows fetched); interrupt it after `timeout_s`."""
-    fired = threading.Event()
-
-    def cancel() -> None:
-        fired.set()
-        con.interrupt()
-
-    timer = threading.Timer(timeout_s, cancel)
-    timer.daemon = True
-    started = time.perf_counter()
-    timer.start()
-    try:
+    def body() -> tuple[list[tuple], str]:
         rel = con.sql(text)
         rows = [tuple(r) for r in rel.fetchall()]
-    except Exception as e:
-        if fired.is_set():
-            raise TimeoutError(f"timeout: cancelled after {timeout_s:.0f} s") from e
-        raise
-    finally:
-        timer.cancel()
-    return time.perf_counter() - started, rows, ", ".join(f"{n}:{t}" for n, t in zip(rel.columns, rel.types))
+        return rows, ", ".join(f"{n}:{t}" for n, t in zip(rel.columns, rel.types))
+
+    return _timed(body, con.interrupt, timeout_s)
 
 
 def run_one(spark, text: str, timeout_s: float) -> tuple[float, list[tuple], str]:
     """Run one query to completion (collected on the driver); cancel it after `timeout_s`."""
+    def body() -> tuple[list[tuple], str]:
+        df = spark.sql(text)
+        return [tuple(r) for r in df.collect()], df.schema.simpleString()
+
+    return _timed(body, spark.sparkContext.cancelAllJobs, timeout_s)
+
+
+def _timed(body, cancel, timeout_s: float) -> tuple[float, list[tuple], str]:
+    """(seconds, rows, schema) of `body()`; `cancel()` stops it after `timeout_s`, reported as a
+    TimeoutError (not as whatever the cancelled engine raised)."""
     fired = threading.Event()
 
-    def cancel() -> None:
+    def on_timeout() -> None:
         fired.set()
-        spark.sparkContext.cancelAllJobs()
+        cancel()
 
-    timer = threading.Timer(timeout_s, cancel)
+    timer = threading.Timer(timeout_s, on_timeout)
     timer.daemon = True
     started = time.perf_counter()
     timer.start()
     try:
-        df = spark.sql(text)
-        rows = [tuple(r) for r in df.collect()]
+        rows, schema = body()
     except Exception as e:
         if fired.is_set():
             raise TimeoutError(f"timeout: cancelled after {timeout_s:.0f} s") from e
         raise
     finally:
         timer.cancel()
-    return time.perf_counter() - started, rows, df.schema.simpleString()
+    return time.perf_counter() - started, rows, schema
 
 
 def warm_up(run_sql, system: str, refs: dict[str, str], sf: float) -> dict[str, int | str]:

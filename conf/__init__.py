@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from htap.conf.access import AccessConfig, parse_access, render_access
-from htap.conf.service import ServiceConfig, parse_service, render_service
+from htap.conf.access import ACCESS_KEYS, AccessConfig, parse_access
+from htap.conf.service import SERVICE_KEYS, ServiceConfig, parse_service
 from htap.errors import ConfigError
 from htap.seq import BINLOG, LSN, PLAIN, SeqCodec
 
@@ -484,8 +484,8 @@ def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind
             lines.append(f"# {key} = {_toml_value(value)}  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
-    lines += render_service()
-    lines += render_access()
+    lines += _commented_section("service  # how `htap serve` is watched (README: Operations)", SERVICE_KEYS)
+    lines += _commented_section("access  # who may read through Spark (README: Access on a shared cluster)", ACCESS_KEYS)
     lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind not in CONFIG_CLASSES:
         raise ConfigError(f"kind {kind!r} is not supported; use one of {SOURCE_KINDS}")
@@ -519,6 +519,14 @@ _TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n"
 def _toml_key(k: str) -> str:
     """A TOML key: bare when it can be, else quoted (so `my shop` or `a.b` stay one key)."""
     return k if _BARE_KEY.fullmatch(k) else _toml_value(k)
+
+
+def _commented_section(header: str, keys: dict[str, tuple[object, str]]) -> list[str]:
+    """A section `htap init` writes with every key commented out at its default: the defaults
+    stay in the code, and a user uncomments what they change."""
+    name, _, comment = header.partition("  # ")
+    lines = ["", f"[{name}]  # {comment}; uncomment to change"]
+    return lines + [f"# {key} = {_toml_value(default)}  # {doc}" for key, (default, doc) in keys.items()]
 
 
 def _toml_value(v: object) -> str:

@@ -52,12 +52,3 @@ def parse_access(raw: object, path: Path) -> AccessConfig:
     if isinstance(cache, bool) or not isinstance(cache, (int, float)) or cache < 0:
         raise ConfigError(f"{path}: access.login_cache_s must be a number of seconds >= 0, got {cache!r}")
     return AccessConfig(mode=mode, login_cache_s=float(cache))
-
-
-def render_access() -> list[str]:
-    """The `[access]` section `htap init` writes: its keys commented out, with their defaults."""
-    lines = ["", "[access]  # who may read through Spark (README: Access on a shared cluster); uncomment to change"]
-    for key, (default, doc) in ACCESS_KEYS.items():
-        shown = f'"{default}"' if isinstance(default, str) else repr(default)
-        lines.append(f"# {key} = {shown}  # {doc}")
-    return lines

@@ -65,12 +65,3 @@ def parse_service(raw: object, path: Path) -> ServiceConfig:
             raise ConfigError(f"{path}: service.{key} must be {'greater than 0' if key == 'source_check_interval_s' else 'at least 0'}, got {value!r}")
         numbers[key] = type(default)(value)
     return ServiceConfig(metrics_address=address, **numbers)
-
-
-def render_service() -> list[str]:
-    """The `[service]` section `htap init` writes: its keys commented out, with their defaults."""
-    lines = ["", "[service]  # how `htap serve` is watched (README: Operations); uncomment to change"]
-    for key, (default, doc) in SERVICE_KEYS.items():
-        shown = f'"{default}"' if isinstance(default, str) else repr(default)
-        lines.append(f"# {key} = {shown}  # {doc}")
-    return lines
