@@ -358,20 +358,21 @@ def _tree(raw: dict) -> PushedTree:
 
 
 def _check_names(node: TreeNode, seen: set[str]) -> None:
-    """Every column a node defines has a name of its own in the whole tree (renderers do not
-    qualify them)."""
+    """Every node's outputs are distinct names (each SELECT's columns resolve to one), and a
+    node passes on or defines each name once; the same subplan may appear in two branches (Spark
+    copies a semi join's subquery below an aggregate), each branch a scope of its own."""
     for child in node.children:
-        _check_names(child, seen)
-    # A projection that passes a column on under its own name defines nothing new.
-    defined = node.output if node.op == "scan" else tuple(
-        n for n, e in node.exprs if not (e.form == "col" and e.name == n))
-    for name in defined:
-        if name in seen:
-            raise SubplanError(f"pushed tree defines column {name!r} twice")
-        seen.add(name)
+        _check_names(child, set())
+    names = node.columns()
+    if len(set(names)) != len(names):
+        raise SubplanError(f"pushed tree node {node.op} outputs a column twice: {names}")
+    inputs = {c for child in node.children for c in child.columns()}
+    for name, e in node.exprs:
+        if name in inputs and not (e.form == "col" and e.name == name):
+            raise SubplanError(f"pushed tree redefines column {name!r}")
     for e in (node.cond, *node.group_by, *(e for _, e in node.exprs), *(k.expr for k in node.keys)):
         for sub in _subqueries(e):
-            _check_names(sub, seen)
+            _check_names(sub, set())
 
 
 def _subqueries(e: Expr | None) -> list[TreeNode]:

@@ -106,7 +106,7 @@ class _Renderer:
             sides[c] = ra
         lq = self.query(left).subquery(la, copy=False)
         rq = self.query(right).subquery(ra, copy=False)
-        cond = None if node.cond is None else _qualified(self.expr(node.cond), sides)
+        cond = None if node.cond is None else self.expr(node.cond, sides)
         if node.join_type in ("semi", "anti"):
             inner = exp.select(exp.Literal.number(1)).from_(rq, copy=False)
             if cond is not None:
@@ -123,12 +123,15 @@ class _Renderer:
         join_type = "inner" if node.join_type == "cross" else _JOINS[node.join_type]
         return q.join(rq, on=exp.paren(cond, copy=False), join_type=join_type, copy=False)
 
-    def expr(self, e: Expr) -> exp.Expression:
+    def expr(self, e: Expr, sides: dict[str, str] | None = None) -> exp.Expression:
         """A tree expression: render.expr, with aggregates and subqueries put in place of
-        placeholder columns (render.expr knows neither)."""
+        placeholder columns (render.expr knows neither); `sides` qualifies a join condition's
+        columns (before the subqueries go in: their names are their own scope's)."""
         slots: dict[str, exp.Expression] = {}
         plain = self._placeholders(e, slots)
         node = render.expr(plain)
+        if sides:
+            node = _qualified(node, sides)
         if not slots:
             return node
 

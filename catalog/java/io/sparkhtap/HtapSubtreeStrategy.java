@@ -12,13 +12,16 @@ import java.util.WeakHashMap;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
+import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.ReturnAnswer;
 import org.apache.spark.sql.connector.read.Statistics;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.SparkStrategy;
+import org.apache.spark.sql.execution.FilterExec;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
@@ -44,24 +47,41 @@ public class HtapSubtreeStrategy extends SparkStrategy {
   static final String CONF = "spark.htap.wholeQueryPushdown";
 
   /** The scan built for a subtree, kept so that planning the same plan again (EXPLAIN, AQE) reuses it. */
-  private static final Map<LogicalPlan, DataSourceV2ScanRelation> BUILT = Collections.synchronizedMap(new WeakHashMap<>());
+  private static final Map<LogicalPlan, Absorbed> BUILT = Collections.synchronizedMap(new WeakHashMap<>());
+
+  /** The one scan of a subtree, and what Spark still filters above it (or null). */
+  static final class Absorbed {
+    final DataSourceV2ScanRelation scan;
+    final Expression residual;
+
+    Absorbed(DataSourceV2ScanRelation scan, Expression residual) {
+      this.scan = scan;
+      this.residual = residual;
+    }
+  }
 
   @Override
   public Seq<SparkPlan> apply(LogicalPlan plan) {
     if (!SQLConf.get().getConfString(CONF, "true").trim().equalsIgnoreCase("true")) return List$.MODULE$.empty();
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
-    DataSourceV2ScanRelation scan = BUILT.get(target);
-    if (scan == null) {
-      scan = absorb(target);
-      if (scan == null) return List$.MODULE$.empty();
-      BUILT.put(target, scan);
+    Absorbed done = BUILT.get(target);
+    if (done == null) {
+      done = absorb(target);
+      if (done == null) return List$.MODULE$.empty();
+      BUILT.put(target, done);
     }
-    return CollectionConverters.asScala(List.<SparkPlan>of(planLater(scan))).toList();
+    SparkPlan scan = planLater(done.scan);
+    SparkPlan top = done.residual == null ? scan : new FilterExec(done.residual, scan);
+    return CollectionConverters.asScala(List.<SparkPlan>of(top)).toList();
   }
 
-  /** One scan for the whole of {@code plan}, or null. */
-  static DataSourceV2ScanRelation absorb(LogicalPlan plan) {
+  /**
+   * One scan for the whole of {@code plan}, or null. Filter conjuncts the tree cannot carry
+   * (a scalar subquery taking AVG, say) whose rows and columns reach the top unchanged are left
+   * to Spark, above the scan, instead of leaving the whole subtree (its joins) to Spark.
+   */
+  static Absorbed absorb(LogicalPlan plan) {
     if (!HtapSnapshotStrategy.hasHtapScan(plan)) return null;
     SubtreeJson t = new SubtreeJson();
     ObjectNode json = t.translate(plan);
@@ -92,16 +112,18 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     }
     String description = "HtapScan " + String.join(", ", tables) + " [whole subtree pushed: "
         + String.join(", ", new LinkedHashSet<>(t.operators)) + " over " + t.leaves.size()
-        + " scans; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
+        + " scans" + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
         + " query's one snapshot, and Spark cannot split a tree of joins, subqueries and aggregates by"
         + " partitions] pushed=" + pushed;
     HtapScan scan = new HtapScan(new ArrayList<>(tables), schema, options, description,
         bytes < 0 ? null : new long[] {-1, Math.max(bytes, 1)}, false);
     if (first.snapshotToken() != null) scan.setSnapshot(first.snapshotToken(), first.snapshotTables());
     for (DataSourceV2ScanRelation r : t.leaves) ((HtapScan) r.scan()).absorbedBy(scan);
-    return new DataSourceV2ScanRelation(t.leaves.get(0).relation(), scan,
+    Expression residual = null;
+    for (Expression r : t.residuals) residual = residual == null ? r : new And(residual, r);
+    return new Absorbed(new DataSourceV2ScanRelation(t.leaves.get(0).relation(), scan,
         CollectionConverters.asScala(output).toList(), DataSourceV2ScanRelation.$lessinit$greater$default$4(),
         DataSourceV2ScanRelation.$lessinit$greater$default$5(), DataSourceV2ScanRelation.$lessinit$greater$default$6(),
-        DataSourceV2ScanRelation.$lessinit$greater$default$7());
+        DataSourceV2ScanRelation.$lessinit$greater$default$7()), residual);
   }
 }

@@ -51,8 +51,9 @@ import scala.runtime.AbstractPartialFunction;
  * A subtree of Spark's optimized logical plan as the pushed tree JSON of htap.rewrite.subplan
  * ({"tree": {"leaves", "root"}}), or null when any part of it cannot be carried exactly: then
  * Spark keeps the node (and the strategy tries its children). Every column is named after its
- * expression id ({@code c<id>}), unique in the query, so the renderer never qualifies a name
- * and columns of different tables never clash; expressions go through Spark's own
+ * expression id ({@code c<id>}): each node's outputs are distinct and the two sides of a join
+ * share none, so a name is unique in every SELECT's scope (the renderer qualifies only join
+ * conditions; one subplan may appear twice, e.g. a semi join Spark copied below an aggregate); expressions go through Spark's own
  * V2ExpressionBuilder and {@link V2Json} (the same exactness rules as a single scan), with
  * aggregate functions and uncorrelated scalar subqueries put in as placeholders.
  */
@@ -65,11 +66,16 @@ final class SubtreeJson {
   private int placeholders;
   private final boolean ansi = SQLConf.get().ansiEnabled();
   final List<String> operators = new ArrayList<>();
+  /** Filter conjuncts that cannot be translated but may be applied by Spark above the tree. */
+  final List<Expression> residuals = new ArrayList<>();
 
   /** The tree JSON of {@code plan}, or null. */
   ObjectNode translate(LogicalPlan plan) {
-    ObjectNode root = node(plan, true);
+    ObjectNode root = node(plan, true, true);
     if (root == null) return null;
+    for (Expression r : residuals) {
+      if (!r.references().subsetOf(plan.outputSet())) return null;  // Spark applies it above the tree
+    }
     ObjectNode tree = PushedJson.MAPPER.createObjectNode();
     tree.set("leaves", leafJson);
     tree.set("root", root);
@@ -78,18 +84,33 @@ final class SubtreeJson {
     return json;
   }
 
+  /** Whether the node's output names a column twice (SQL could not tell the two apart). */
+  static boolean duplicates(LogicalPlan p) {
+    Set<Long> ids = new HashSet<>();
+    for (Attribute a : CollectionConverters.asJava(p.output())) {
+      if (!ids.add(a.exprId().id())) return true;
+    }
+    return false;
+  }
+
   static String name(Attribute a) {
     return "c" + a.exprId().id();
   }
 
-  private ObjectNode node(LogicalPlan p, boolean top) {
+  /**
+   * {@code liftable}: every operator between the tree's root and {@code p} passes p's rows and
+   * columns on unchanged (filters, projections, and the preserved side of joins), so a filter
+   * conjunct here that cannot be translated may be left to Spark above the whole tree.
+   */
+  private ObjectNode node(LogicalPlan p, boolean top, boolean liftable) {
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    if (duplicates(p)) return null;
     if (p instanceof DataSourceV2ScanRelation) {
       return scan((DataSourceV2ScanRelation) p, n);
     }
     if (p instanceof Project) {
       Project proj = (Project) p;
-      ObjectNode child = node(proj.child(), false);
+      ObjectNode child = node(proj.child(), false, liftable);
       if (child == null) return null;
       ArrayNode exprs = named(CollectionConverters.asJava(proj.projectList()), proj.child().output(), false);
       if (exprs == null) return null;
@@ -100,11 +121,27 @@ final class SubtreeJson {
     }
     if (p instanceof Filter) {
       Filter f = (Filter) p;
-      ObjectNode child = node(f.child(), false);
+      ObjectNode child = node(f.child(), false, liftable);
       if (child == null) return null;
-      ObjectNode cond = expr(f.condition(), f.child().output(), true, false);
-      if (cond == null) return null;
+      List<ObjectNode> kept = new ArrayList<>();
+      for (Expression conjunct : conjuncts(f.condition())) {
+        ObjectNode cond = expr(conjunct, f.child().output(), true, false);
+        if (cond != null) {
+          kept.add(cond);
+        } else if (liftable && conjunct.deterministic()) {
+          residuals.add(conjunct);
+        } else {
+          return null;
+        }
+      }
+      if (kept.isEmpty()) return child;
       operators.add("Filter");
+      ObjectNode cond = kept.get(0);
+      for (int i = 1; i < kept.size(); i++) {
+        ObjectNode and = PushedJson.MAPPER.createObjectNode();
+        and.put("op", "AND").put("type", "boolean").putArray("args").add(cond).add(kept.get(i));
+        cond = and;
+      }
       n.put("node", "filter").set("child", child);
       n.set("cond", cond);
       return n;
@@ -118,9 +155,12 @@ final class SubtreeJson {
       for (Attribute a : CollectionConverters.asJava(j.right().output())) {
         if (!ids.add(a.exprId().id())) return null;  // one id on both sides: names would clash
       }
-      ObjectNode left = node(j.left(), false);
+      boolean leftKept = type.equals("inner") || type.equals("cross") || type.equals("semi") || type.equals("anti")
+          || type.equals("left");
+      boolean rightKept = type.equals("inner") || type.equals("cross") || type.equals("right");
+      ObjectNode left = node(j.left(), false, liftable && leftKept);
       if (left == null) return null;
-      ObjectNode right = node(j.right(), false);
+      ObjectNode right = node(j.right(), false, liftable && rightKept);
       if (right == null) return null;
       n.put("node", "join").put("type", type);
       n.set("left", left);
@@ -139,7 +179,7 @@ final class SubtreeJson {
     }
     if (p instanceof Aggregate) {
       Aggregate a = (Aggregate) p;
-      ObjectNode child = node(a.child(), false);
+      ObjectNode child = node(a.child(), false, false);
       if (child == null) return null;
       ArrayNode groups = n.putArray("group_by");
       for (Expression g : CollectionConverters.asJava(a.groupingExpressions())) {
@@ -157,7 +197,7 @@ final class SubtreeJson {
     if (p instanceof Sort) {
       Sort s = (Sort) p;
       if (!top || !s.global()) return null;  // an order below the top means nothing in SQL
-      ObjectNode child = node(s.child(), false);
+      ObjectNode child = node(s.child(), false, false);
       ArrayNode keys = child == null ? null : keys(s);
       if (keys == null) return null;
       operators.add("Sort");
@@ -176,7 +216,7 @@ final class SubtreeJson {
         if (keys == null) return null;
         below = ((Sort) below).child();
       }
-      ObjectNode child = node(below, false);
+      ObjectNode child = node(below, false, false);
       if (child == null) return null;
       operators.add(keys.size() > 0 ? "TopN" : "Limit");
       n.put("node", "limit").put("limit", (int) limit).set("child", child);
@@ -214,6 +254,17 @@ final class SubtreeJson {
     for (AttributeReference a : output) names.add(name(a));
     leaves.add(r);
     return n;
+  }
+
+  private static List<Expression> conjuncts(Expression e) {
+    List<Expression> out = new ArrayList<>();
+    if (e instanceof org.apache.spark.sql.catalyst.expressions.And) {
+      out.addAll(conjuncts(((org.apache.spark.sql.catalyst.expressions.And) e).left()));
+      out.addAll(conjuncts(((org.apache.spark.sql.catalyst.expressions.And) e).right()));
+    } else {
+      out.add(e);
+    }
+    return out;
   }
 
   private static String joinType(String sql) {
@@ -372,7 +423,7 @@ final class SubtreeJson {
     if (!s.outerAttrs().isEmpty() || !s.joinCond().isEmpty()) return null;
     LogicalPlan plan = s.plan();
     if (plan.output().size() != 1) return null;
-    ObjectNode root = node(plan, false);
+    ObjectNode root = node(plan, false, false);
     if (root == null) return null;
     operators.add("scalar subquery");
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
