@@ -146,10 +146,10 @@ class ScanOptions:
 
 
 def _open(opts: ScanOptions):
-    from htap.conf import load_config
+    from htap.conf import cached_config
     from htap.replica.metadata import MetadataStore
 
-    cfg = load_config(opts.config)
+    cfg = cached_config(opts.config)
     source = cfg.source(opts.source)
     store = MetadataStore(cfg.metadata)
     try:
@@ -271,12 +271,12 @@ class SystemTableReader(DataSourceReader):
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
+        from htap.conf import cached_config
         from htap.pushdown.system_tables import query, rows
         from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
 
-        cfg = load_config(opts.config)
+        cfg = cached_config(opts.config)
         if cfg.access.login_required:  # the replica's state is for logged-in roles too
             opts.reader_role(cfg, cfg.source(opts.source))
         output = to_arrow_schema(schema, timezone="UTC")
