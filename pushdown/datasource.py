@@ -327,7 +327,7 @@ class HtapReader(DataSourceReader):
                 return
             role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
             if role:
-                denied = check_access(source, role, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
+                denied = check_access(source, role, table, subplan.columns_to_check([c.name for c in table.columns]))
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
             request = ScanRequest(
@@ -392,7 +392,7 @@ class HtapReader(DataSourceReader):
         role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
         if role:
             for table, joined in zip(tables, join.tables):
-                columns = sorted(joined.subplan.referenced_columns() or [c.name for c in table.columns])
+                columns = joined.subplan.columns_to_check([c.name for c in table.columns])
                 denied = check_access(source, role, table, columns)
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
