@@ -146,10 +146,10 @@ class ScanOptions:
 
 
 def _open(opts: ScanOptions):
-    from htap.conf import load_config
+    from htap.conf import cached_config
     from htap.replica.metadata import MetadataStore
 
-    cfg = load_config(opts.config)
+    cfg = cached_config(opts.config)
     source = cfg.source(opts.source)
     store = MetadataStore(cfg.metadata)
     try:
@@ -271,12 +271,12 @@ class SystemTableReader(DataSourceReader):
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
+        from htap.conf import cached_config
         from htap.pushdown.system_tables import query, rows
         from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
 
-        cfg = load_config(opts.config)
+        cfg = cached_config(opts.config)
         if cfg.access.login_required:  # the replica's state is for logged-in roles too
             opts.reader_role(cfg, cfg.source(opts.source))
         output = to_arrow_schema(schema, timezone="UTC")
@@ -327,7 +327,7 @@ class HtapReader(DataSourceReader):
                 return
             role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
             if role:
-                denied = check_access(source, role, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
+                denied = check_access(source, role, table, subplan.columns_to_check([c.name for c in table.columns]))
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
             request = ScanRequest(
@@ -392,7 +392,7 @@ class HtapReader(DataSourceReader):
         role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
         if role:
             for table, joined in zip(tables, join.tables):
-                columns = sorted(joined.subplan.referenced_columns() or [c.name for c in table.columns])
+                columns = joined.subplan.columns_to_check([c.name for c in table.columns])
                 denied = check_access(source, role, table, columns)
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
