@@ -8,7 +8,9 @@ renewals and releases ran one per query. In both, a call's answer is the same.
 Answers on stdout as JSON. Failures are one line on stderr and an exit code the shim maps to
 Spark's exceptions: EXIT_NO_SUCH_TABLE (NoSuchTableException), EXIT_ERROR (a user error: bad
 property, unknown option; IllegalArgumentException), anything else a bug (a traceback). Kept
-tiny: the shim uses it for SHOW TABLES and ALTER TABLE ... SET TBLPROPERTIES, and, from the
+tiny: the shim uses it for SHOW TABLES, a table's schema and statistics (loadTable, once per
+table and query: a Python planning worker round trip before) and ALTER TABLE ... SET
+TBLPROPERTIES, and, from the
 driver's HtapQueryListener, for what executors must not do themselves because they never write
 the metadata store: renewing and releasing a running query's leases, and marking a table whose
 delta a task found damaged (after checking the file here). Never on a task's read path.
@@ -26,6 +28,7 @@ import traceback
 from htap.catalog.properties import set_property
 from htap.conf import HtapConfig, cached_config
 from htap.errors import DAMAGE_PREFIX, DamagedReplicaError, HtapError, NoSuchTableError
+from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
 from htap.replica.health import damaged, file_damage, mark_damaged
 from htap.replica.leases import query_holder
@@ -96,6 +99,8 @@ def call(argv: list[str]) -> int:
     sp.add_argument("value")
     for command in ("renew-leases", "release-leases"):
         sub.add_parser(command).add_argument("owners", nargs="*", help="lease owners of Spark scans (HtapScan)")
+    ts = sub.add_parser("table-schema", help="the Spark DDL of a table, statistics on its first column (loadTable)")
+    ts.add_argument("table", help="<schema>.<table>")
     rd = sub.add_parser("report-damage")
     rd.add_argument("table_id", type=int)
     rd.add_argument("delta", help="the delta file (relative to the warehouse) a task found damaged")
@@ -113,6 +118,9 @@ def call(argv: list[str]) -> int:
                 schema, name = args.table.split(".", 1)
                 set_property(store, store.get_table(source.name, schema, name), args.key, args.value)
                 print(json.dumps({"ok": True}))
+            elif args.command == "table-schema":
+                schema, name = args.table.split(".", 1)
+                print(json.dumps({"ddl": table_ddl(store, cfg.source(args.source).name, schema, name)}))
             elif args.command == "renew-leases":
                 renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))
