@@ -169,11 +169,14 @@ def main() -> None:
         progress("starting Spark")
         spark = spark_session("ovh", config, SOURCE, **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-        for n, fs in files.items():
-            spark.read.parquet(*fs).createOrReplaceTempView(f"p_{n}")
+        # The baselines read the same files (a fresh copy: inserts only, nothing to merge) without
+        # the replica's own columns (_seq, _op, ...).
         con = duckdb.connect()
         for n, fs in files.items():
-            con.execute(f"CREATE VIEW {n} AS SELECT * FROM read_parquet({fs!r})")
+            df = spark.read.parquet(*fs)
+            df.select([c for c in df.columns if not c.startswith("_")]).createOrReplaceTempView(f"p_{n}")
+            columns = ", ".join(c for c in df.columns if not c.startswith("_"))
+            con.execute(f"CREATE VIEW {n} AS SELECT {columns} FROM read_parquet({fs!r})")
 
         def htap_phases(sql: str) -> dict[str, float]:
             t0 = time.perf_counter()
@@ -192,7 +195,13 @@ def main() -> None:
         for label, q in QUERIES.items():
             htap_sql = q.format(t="ovh.public.t t", u="ovh.public.u u")
             htap_phases(htap_sql)  # warm: workers started, jar classes loaded
-            spark.sql(q.format(t="p_t t", u="p_u u")).collect()
+            answers = {
+                "htap": sorted(map(tuple, spark.sql(htap_sql).collect())),
+                "spark over Parquet": sorted(map(tuple, spark.sql(q.format(t="p_t t", u="p_u u")).collect())),
+                "duckdb": sorted(con.execute(q.format(t="t", u="u")).fetchall()),
+            }
+            if len({repr(a) for a in answers.values()}) != 1:
+                raise SystemExit(f"{label}: the systems disagree: {answers}")
             runs = [htap_phases(htap_sql) for _ in range(args.rounds)]
             phases = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             spark_parquet = median_s(lambda: spark.sql(q.format(t="p_t t", u="p_u u")).collect(), args.rounds)
@@ -204,9 +213,14 @@ def main() -> None:
                 "htap / spark-parquet": round(phases["total"] / spark_parquet, 2),
                 "htap / duckdb": round(phases["total"] / duck, 1),
             }
+        by_format = spark.read.format("htap").option("config", str(config)).option("source", SOURCE)
         spark_side = {
             "SHOW TABLES through the catalog (one bridge call)": median_s(
                 lambda: spark.sql("SHOW TABLES IN ovh.public").collect(), args.rounds),
+            "loadTable through the catalog (spark.table(t).schema)": median_s(
+                lambda: spark.table("ovh.public.t").schema, args.rounds),
+            "inferSchema in a Python planning worker (format('htap').load().schema)": median_s(
+                lambda: by_format.option("table", "public.t").load().schema, args.rounds),
             "one Python task (parallelize.map.collect)": median_s(spark_task, args.rounds),
         }
         spark.stop()
