@@ -41,6 +41,7 @@ test-unit: install
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 clean:
+	@if [ -d .htap-demo/pg ] && [ -x $(BIN)/htap ]; then $(BIN)/htap demo --stop; fi
 	rm -rf $(VENV) build *.egg-info .htap-demo
 
 # TPC-H through Spark: spark-htap replica vs Spark JDBC vs static Parquet (README "Benchmarks").

@@ -263,9 +263,9 @@ def cmd_spark_conf(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from htap.app.demo import run_demo  # starts Spark
+    from htap.app.demo import run_demo, stop_private_postgres  # starts Spark
 
-    return run_demo(args.dsn)
+    return stop_private_postgres() if args.stop else run_demo(args.dsn)
 
 
 def cmd_verify_data(args) -> int:
@@ -436,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="end-to-end demo: sample table, service, Spark SQL, a live change")
     s.add_argument("--dsn", default=None, help="Postgres to use (default: local 127.0.0.1:5432, user postgres, db test)")
+    s.add_argument("--stop", action="store_true", help="stop the private Postgres an earlier demo started in ./.htap-demo/pg")
     s.set_defaults(func=cmd_demo)
     return p
 

@@ -47,6 +47,20 @@ def _logical_dsn(dsn: str | None) -> str:
     return localpg.start(DEMO_DIR / "pg", PRIVATE_PORT)
 
 
+def stop_private_postgres() -> int:
+    """`htap demo --stop` (and `make clean`): stop the private Postgres an earlier demo started,
+    which keeps running after the demo so that `htap status` and Spark can still be tried."""
+    pg = DEMO_DIR / "pg"
+    if not localpg.running(pg):
+        print(f"[demo] no private Postgres runs in {pg}")
+        return 0
+    localpg.stop(pg)
+    if localpg.running(pg):
+        raise SourceError(f"the demo's private Postgres in {pg} did not stop; see {pg / 'server.log'}")
+    print(f"[demo] stopped the private Postgres in {pg}")
+    return 0
+
+
 def _wait(what: str, predicate, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -121,4 +135,6 @@ def run_demo(dsn: str | None) -> int:
         store.close()
         conn.close()
     print(f"[demo] done. Config: {config}; try `htap --config {config} status` or `htap spark-conf`.")
+    if localpg.running(DEMO_DIR / "pg"):
+        print(f"[demo] the private Postgres in {DEMO_DIR / 'pg'} keeps running; `htap demo --stop` or `make clean` stops it.")
     return 0

@@ -5,7 +5,10 @@ position was last known current) and bytes (log written after it), the log the s
 for the replica (Postgres: the slot's WAL, `wal_status`), whether that log was lost, the ingest
 phase. Per table: freshness (seconds since its max safe seq was known current), max safe seq,
 deltas, row versions, bytes, state. Durations of checkpoints, copies and compactions
-(histograms, `htap.observe`), and the process's own CPU and memory.
+(histograms, `htap.observe`), and the process's own CPU and memory. For an object-store
+warehouse, the service's local cache (`htap_cache_*`): hits, misses, bytes fetched, cached
+copies that failed their checksum, evictions, and its size against its limit. Executors keep
+caches of their own, in their own processes; these figures are the service's only.
 
 `GET /health`: 200 when every source streams and is within `service.health_max_lag_s`, else
 503; the JSON body gives the reason per source either way.
@@ -35,6 +38,7 @@ from htap.conf import HtapConfig
 from htap.errors import ConfigError
 from htap.ingest.health import PHASE_STREAMING, PHASES, ServiceState
 from htap.replica.metadata import MetadataStore
+from htap.replica.warehouse import ObjectStoreWarehouse, open_warehouse
 from htap.replica.models import (
     STATE_CATCHING_UP,
     STATE_COPYING,
@@ -125,6 +129,29 @@ class HtapCollector(Collector):
                     freshness.add_metric(labels, max(0.0, now - t.max_safe_time))
         yield from (up, phase, lag_s, position, lag_b, retained, warning, wal_status, lost, observed, recoveries,
                     freshness, safe_seq, safe_time, deltas, partitions, versions, size, state)
+        yield from self._cache()
+
+    def _cache(self) -> Iterator[Metric]:
+        """The service's cache in front of an object-store warehouse (a local one has none)."""
+        warehouse = open_warehouse(self.cfg)
+        if not isinstance(warehouse, ObjectStoreWarehouse):
+            return
+        cache, labels = warehouse.cache, [warehouse.location]
+        for name, doc, value in (
+            ("htap_cache_hits", "Reads of a warehouse file served by a verified cached copy", cache.hits),
+            ("htap_cache_misses", "Reads of a warehouse file that fetched it from the object store", cache.misses),
+            ("htap_cache_fetched_bytes", "Bytes downloaded from the object store into the cache", cache.fetched_bytes),
+            ("htap_cache_refetched", "Cached copies that failed their checksum and were fetched again", cache.refetched),
+            ("htap_cache_evictions", "Files evicted from the cache (least recently used, past cache_bytes)", cache.evictions),
+        ):
+            counter = CounterMetricFamily(name, doc + " (this process)", labels=["warehouse"])
+            counter.add_metric(labels, float(value))
+            yield counter
+        for name, doc, value in (("htap_cache_bytes", "Bytes in the local cache now", cache.size()),
+                                 ("htap_cache_limit_bytes", "replica.cache_bytes: the cache's size limit", cache.limit)):
+            gauge = _gauge(name, doc, ["warehouse"])
+            gauge.add_metric(labels, float(value))
+            yield gauge
 
 
 @dataclass(frozen=True)

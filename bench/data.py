@@ -139,12 +139,12 @@ def tpchgen_cli() -> str:
     return found
 
 
-def _loaded_marker(conn) -> dict | None:
+def _loaded_marker(conn, schema: str = SCHEMA) -> dict | None:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT d.description FROM pg_namespace n LEFT JOIN pg_description d"
             " ON d.objoid = n.oid AND d.classoid = 'pg_namespace'::regclass WHERE n.nspname = %s",
-            (SCHEMA,),
+            (schema,),
         )
         row = cur.fetchone()
     if not row or not row[0]:
@@ -175,31 +175,32 @@ class _Progress:
     readline = read
 
 
-def load_postgres(dsn: str, sf: float, *, force: bool = False) -> dict:
-    """Make sure schema `tpch` holds TPC-H data at scale factor `sf`; return its marker."""
+def load_postgres(dsn: str, sf: float, *, force: bool = False, schema: str = SCHEMA) -> dict:
+    """Make sure `schema` (default `tpch`) holds TPC-H data at scale factor `sf`; return its
+    marker. Tests load a schema of their own (tests/test_cluster_tpch.py)."""
     conn = connect(dsn)
     try:
-        marker = _loaded_marker(conn)
+        marker = _loaded_marker(conn, schema)
         if marker and marker.get("sf") == sf and not force:
-            log(f"Postgres: reusing {SCHEMA}.* at SF {sf} (loaded {marker['loaded_at']}; --reload to regenerate)")
+            log(f"Postgres: reusing {schema}.* at SF {sf} (loaded {marker['loaded_at']}; --reload to regenerate)")
             return marker
         gen = tpchgen_cli()
         version = subprocess.run([gen, "--version"], capture_output=True, text=True).stdout.strip()
-        log(f"Postgres: loading TPC-H SF {sf} into schema {SCHEMA} with {version}")
+        log(f"Postgres: loading TPC-H SF {sf} into schema {schema} with {version}")
         started = time.monotonic()
         with conn.cursor() as cur:
-            cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-            cur.execute(f"CREATE SCHEMA {SCHEMA}")
+            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            cur.execute(f"CREATE SCHEMA {schema}")
             for t in TABLES:
                 cols = ", ".join(f"{c} {typ} NOT NULL" for c, typ in t.columns)
-                cur.execute(f"CREATE TABLE {SCHEMA}.{t.name} ({cols})")
+                cur.execute(f"CREATE TABLE {schema}.{t.name} ({cols})")
             for t in TABLES:
                 t0 = time.monotonic()
                 cmd = [gen, "csv", "-s", str(sf), "-T", t.name, "--stdout", "--no-progress", "-q"]
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, bufsize=1 << 20)
                 try:
                     cur.copy_expert(
-                        f"COPY {SCHEMA}.{t.name} FROM STDIN WITH (FORMAT csv, HEADER true)",
+                        f"COPY {schema}.{t.name} FROM STDIN WITH (FORMAT csv, HEADER true)",
                         _Progress(proc.stdout, f"COPY {t.name}"),
                         size=1 << 20,
                     )
@@ -208,8 +209,8 @@ def load_postgres(dsn: str, sf: float, *, force: bool = False) -> dict:
                     if proc.wait() != 0:
                         raise RuntimeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}")
                 rows = cur.rowcount
-                cur.execute(f"ALTER TABLE {SCHEMA}.{t.name} ADD PRIMARY KEY ({', '.join(t.key)})")
-                cur.execute(f"VACUUM (FREEZE, ANALYZE) {SCHEMA}.{t.name}")
+                cur.execute(f"ALTER TABLE {schema}.{t.name} ADD PRIMARY KEY ({', '.join(t.key)})")
+                cur.execute(f"VACUUM (FREEZE, ANALYZE) {schema}.{t.name}")
                 log(f"  {t.name}: {rows:,} rows in {time.monotonic() - t0:.1f} s (COPY, primary key, vacuum)")
             marker = {
                 "generator": version,
@@ -217,7 +218,7 @@ def load_postgres(dsn: str, sf: float, *, force: bool = False) -> dict:
                 "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "load_s": round(time.monotonic() - started, 1),
             }
-            cur.execute(f"COMMENT ON SCHEMA {SCHEMA} IS %s", (json.dumps(marker),))
+            cur.execute(f"COMMENT ON SCHEMA {schema} IS %s", (json.dumps(marker),))
         log(f"Postgres: loaded in {marker['load_s']} s")
         return marker
     finally:

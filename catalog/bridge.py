@@ -1,9 +1,16 @@
-"""Catalog calls the Java shim makes through a subprocess: `python -m htap.catalog.bridge ...`.
+"""Catalog calls the Java shim makes in Python: `python -m htap.catalog.bridge ...`.
+
+Two ways to run it. One call per process (`... --config C list-tables`; what a person or a
+script uses), or, as the shim does, one long-lived process per driver (`... --serve`, see
+`serve`): a Python process start with these imports costs ~0.7 s of CPU, and the driver's lease
+renewals and releases ran one per query. In both, a call's answer is the same.
 
 Answers on stdout as JSON. Failures are one line on stderr and an exit code the shim maps to
 Spark's exceptions: EXIT_NO_SUCH_TABLE (NoSuchTableException), EXIT_ERROR (a user error: bad
 property, unknown option; IllegalArgumentException), anything else a bug (a traceback). Kept
-tiny: the shim uses it for SHOW TABLES and ALTER TABLE ... SET TBLPROPERTIES, and, from the
+tiny: the shim uses it for SHOW TABLES, a table's schema and statistics (loadTable, once per
+table and query: a Python planning worker round trip before) and ALTER TABLE ... SET
+TBLPROPERTIES, and, from the
 driver's HtapQueryListener, for what executors must not do themselves because they never write
 the metadata store: renewing and releasing a running query's leases, and marking a table whose
 delta a task found damaged (after checking the file here). Never on a task's read path.
@@ -12,12 +19,16 @@ delta a task found damaged (after checking the file here). Never on a task's rea
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
+import traceback
 
 from htap.catalog.properties import set_property
-from htap.conf import HtapConfig, load_config
+from htap.conf import HtapConfig, cached_config
 from htap.errors import DAMAGE_PREFIX, DamagedReplicaError, HtapError, NoSuchTableError
+from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
 from htap.replica.health import damaged, file_damage, mark_damaged
 from htap.replica.leases import query_holder
@@ -26,10 +37,57 @@ from htap.replica.warehouse import open_warehouse
 
 EXIT_ERROR = 2
 EXIT_NO_SUCH_TABLE = 3  # keep in sync with Bridge.java
+EXIT_BUG = 1  # an unexpected exception (a traceback in the answer's error)
+
+
+class _UsageError(Exception):
+    """A malformed call (argparse's complaint): EXIT_ERROR, without ending a serving process."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise _UsageError(f"{self.prog}: {message}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m htap.catalog.bridge")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--serve"]:
+        return serve(sys.stdin, sys.stdout)
+    try:
+        return call(args)
+    except _UsageError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_ERROR
+
+
+def serve(requests: io.TextIOBase, answers: io.TextIOBase) -> int:
+    """Answer calls until `requests` ends (the driver exited or closed the pipe): one JSON line
+    in, `{"argv": [...]}` (a one-shot call's arguments), one JSON line out, `{"code": ..,
+    "out": .., "err": ..}` with the exit code, stdout and stderr the one-shot call would have.
+    Calls run one at a time; a failing call (any exception) is an answer, not the end."""
+    real_out = answers
+    sys.stdout = sys.stderr  # anything else printed must not corrupt the answers
+    for line in requests:
+        if not line.strip():
+            continue
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            argv = json.loads(line)["argv"]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = call([str(a) for a in argv])
+        except _UsageError as e:
+            code = EXIT_ERROR
+            err.write(str(e))
+        except Exception:  # noqa: BLE001 - a bug in one call is reported, the process serves on
+            code = EXIT_BUG
+            err.write(traceback.format_exc())
+        real_out.write(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue()}) + "\n")
+        real_out.flush()
+    return 0
+
+
+def call(argv: list[str]) -> int:
+    p = _Parser(prog="python -m htap.catalog.bridge")
     p.add_argument("--config", required=True)
     p.add_argument("--source")
     sub = p.add_subparsers(dest="command", required=True)
@@ -41,12 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("value")
     for command in ("renew-leases", "release-leases"):
         sub.add_parser(command).add_argument("owners", nargs="*", help="lease owners of Spark scans (HtapScan)")
+    ts = sub.add_parser("table-schema", help="the Spark DDL of a table, statistics on its first column (loadTable)")
+    ts.add_argument("table", help="<schema>.<table>")
     rd = sub.add_parser("report-damage")
     rd.add_argument("table_id", type=int)
     rd.add_argument("delta", help="the delta file (relative to the warehouse) a task found damaged")
     args = p.parse_args(argv)
     try:
-        cfg = load_config(args.config)
+        cfg = cached_config(args.config)
         with MetadataStore(cfg.metadata) as store:
             if args.command == "list-tables":
                 source = cfg.source(args.source)
@@ -58,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                 schema, name = args.table.split(".", 1)
                 set_property(store, store.get_table(source.name, schema, name), args.key, args.value)
                 print(json.dumps({"ok": True}))
+            elif args.command == "table-schema":
+                schema, name = args.table.split(".", 1)
+                print(json.dumps({"ddl": table_ddl(store, cfg.source(args.source).name, schema, name)}))
             elif args.command == "renew-leases":
                 renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))

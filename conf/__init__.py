@@ -292,6 +292,27 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
     return parse_config(raw, p)
 
 
+_cached: dict[Path, tuple[tuple[int, int, int], HtapConfig]] = {}
+
+
+def cached_config(path: str | os.PathLike | None = None) -> HtapConfig:
+    """`load_config` for long-lived processes that read the same file per call (the driver's
+    catalog bridge, Spark's planning workers): parsed again only when the file changed (its
+    inode, size or modification time), so an edit still takes effect on the next call."""
+    p = resolve_config_path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return load_config(p)  # names the missing file
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    hit = _cached.get(p)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    cfg = load_config(p)
+    _cached[p] = (stamp, cfg)
+    return cfg
+
+
 def parse_config(raw: dict, path: Path) -> HtapConfig:
     _check_keys(raw, {"replica", "sources", "service", "access"}, path, "")
     for section in ("replica", "sources"):

@@ -576,7 +576,9 @@ class PostgresSource(ChangeSource, QueryableSource):
 def check_select(dsn: str, user: str, schema: str, table: str, columns: list[str]) -> str | None:
     """None if `user` may SELECT `columns` of the table in the source, else why not.
 
-    A table-level grant covers every column; otherwise each column needs a column-level grant.
+    A table-level grant covers every column; otherwise each column needs a column-level grant,
+    and a query that reads no column (`count(*)`) needs SELECT on any one column, as Postgres
+    itself decides.
     """
     conn = connect(dsn)
     try:
@@ -588,13 +590,16 @@ def check_select(dsn: str, user: str, schema: str, table: str, columns: list[str
                 return f"source role {user!r} does not exist"
             if cur.fetchone()[0]:
                 return None
+            if not columns:
+                cur.execute("SELECT has_any_column_privilege(%s, %s, 'SELECT')", (user, qualified))
+                return None if cur.fetchone()[0] else f"source role {user!r} lacks SELECT on {schema}.{table}"
             denied = []
             for col in columns:
                 cur.execute("SELECT has_column_privilege(%s, %s, %s, 'SELECT')", (user, qualified, col))
                 if not cur.fetchone()[0]:
                     denied.append(col)
-            if denied or not columns:
-                return f"source role {user!r} lacks SELECT on {schema}.{table}" + (f" columns {denied}" if denied else "")
+            if denied:
+                return f"source role {user!r} lacks SELECT on {schema}.{table} columns {denied}"
             return None
     finally:
         conn.close()

@@ -34,6 +34,20 @@ def cursor(*, exact_floats: bool = False) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def size_threads(threads: int) -> None:
+    """Give the process's DuckDB `threads` worker threads (a Spark task's share of the machine:
+    htap.pushdown.datasource sizes it per task, so two tasks on two cores do not run four
+    threads). A no-op when already so."""
+    global _threads
+    threads = max(1, int(threads))
+    if threads != _threads:
+        cursor().execute(f"SET GLOBAL threads = {threads}").close()
+        _threads = threads
+
+
+_threads: int | None = None
+
+
 def has_floats(schema) -> bool:
     """Whether an Arrow schema (or type) holds floating point values anywhere (lists included)."""
     import pyarrow as pa

@@ -72,5 +72,12 @@ def start(data_dir: Path, port: int, wal_level: str | None = None, settings: dic
             time.sleep(0.2)
 
 
+def running(data_dir: Path) -> bool:
+    """Whether a server runs on the cluster in `data_dir` (`pg_ctl status`: 0 running, 3 not)."""
+    if not (data_dir / "PG_VERSION").exists():
+        return False
+    return _run([str(_bindir() / "pg_ctl"), "-D", str(data_dir.resolve()), "status"]).returncode == 0
+
+
 def stop(data_dir: Path) -> None:
     _run([str(_bindir() / "pg_ctl"), "-D", str(data_dir.resolve()), "-m", "fast", "-w", "stop"])

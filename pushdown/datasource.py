@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from htap.errors import ConfigError, DamagedReplicaError, HtapError, NoSuchTableError
-from htap.replica.snapshot import ReadPlan
 from htap.seq import parse_seq
 
-# Marker the Java shim looks for to turn a Python failure into Spark's NoSuchTableException.
+if TYPE_CHECKING:  # importing it loads DuckDB, pyarrow.compute and numpy: ~0.2 s per worker
+    from htap.replica.snapshot import ReadPlan
+
+# Marker of a table missing when a scan is planned (the catalog's loadTable found it through the
+# bridge, catalog/bridge.py table-schema, which answers a missing table with its exit code).
 NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE"
 # Marker the Java shim turns into a SecurityException (HtapBatch).
 PERMISSION_MARKER = "HTAP_PERMISSION_DENIED"
@@ -146,10 +149,10 @@ class ScanOptions:
 
 
 def _open(opts: ScanOptions):
-    from htap.conf import load_config
+    from htap.conf import cached_config
     from htap.replica.metadata import MetadataStore
 
-    cfg = load_config(opts.config)
+    cfg = cached_config(opts.config)
     source = cfg.source(opts.source)
     store = MetadataStore(cfg.metadata)
     try:
@@ -235,20 +238,21 @@ class HtapDataSource(DataSource):
         return "htap"
 
     def schema(self) -> str:
-        from htap.pushdown.spark_types import spark_ddl
+        """The catalog asks the driver's bridge process instead (HtapCatalog.loadTable); this is
+        for `spark.read.format("htap")`."""
+        from htap.pushdown.spark_types import table_ddl
         from htap.pushdown.system_tables import SCHEMAS, is_system_table
 
         opts = ScanOptions.parse(self.options)
         if is_system_table(opts.schema, opts.table):
-            return spark_ddl(SCHEMAS[opts.table])
-        from htap.replica.partitions import decode_bounds, partition_count
+            from htap.pushdown.spark_types import spark_ddl
 
-        _, store, table = _open(opts)
+            return spark_ddl(SCHEMAS[opts.table])
+        cfg, store, _table = _open(opts)
         try:
-            _deltas, rows, size = store.delta_stats(table.id)
+            return table_ddl(store, cfg.source(opts.source).name, opts.schema, opts.table)
         finally:
             store.close()
-        return spark_ddl(table.arrow_schema, (rows, size, partition_count(decode_bounds(table.partition_bounds_b64))))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from htap.pushdown.system_tables import is_system_table
@@ -271,12 +275,12 @@ class SystemTableReader(DataSourceReader):
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import load_config
+        from htap.conf import cached_config
         from htap.pushdown.system_tables import query, rows
         from htap.replica.metadata import MetadataStore
         from htap.rewrite.subplan import PushedSubplan
 
-        cfg = load_config(opts.config)
+        cfg = cached_config(opts.config)
         if cfg.access.login_required:  # the replica's state is for logged-in roles too
             opts.reader_role(cfg, cfg.source(opts.source))
         output = to_arrow_schema(schema, timezone="UTC")
@@ -327,7 +331,7 @@ class HtapReader(DataSourceReader):
                 return
             role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
             if role:
-                denied = check_access(source, role, table, sorted(subplan.referenced_columns() or [c.name for c in table.columns]))
+                denied = check_access(source, role, table, subplan.columns_to_check([c.name for c in table.columns]))
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
             request = ScanRequest(
@@ -394,7 +398,7 @@ class HtapReader(DataSourceReader):
         role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
         if role:
             for table, (_name, own) in zip(tables, reads):
-                columns = sorted(own.referenced_columns() or [c.name for c in table.columns])
+                columns = own.columns_to_check([c.name for c in table.columns])
                 denied = check_access(source, role, table, columns)
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
@@ -434,6 +438,8 @@ class HtapReader(DataSourceReader):
         return list(self._partitions)
 
     def read(self, partition) -> Iterator:
+        if isinstance(partition, (ReplicaPartition, JoinedPartition)):
+            _size_duckdb_threads(len(self._partitions))
         if isinstance(partition, SourcePartition):
             yield from self._read_source(partition)
             return
@@ -546,6 +552,22 @@ class HtapReader(DataSourceReader):
             # fail over instead of failing again (DAMAGE_MARKER); executors never write the
             # metadata store.
             raise DamagedReplicaError(damage_report(partition.table_id, plan, e)) from e
+
+
+def _size_duckdb_threads(tasks: int) -> None:
+    """DuckDB threads for this task: Spark's CPUs per task (spark.task.cpus), or the host's
+    cores shared among the scan's tasks when it has fewer tasks than cores (a joined scan in one
+    task keeps every core); DuckDB's default, all cores in every task, oversubscribes them."""
+    import os
+
+    from pyspark import TaskContext
+
+    from htap import engine
+
+    context = TaskContext.get()
+    cpus = context.cpus() if context is not None else 1
+    cores = os.cpu_count() or 1
+    engine.size_threads(max(cpus, cores // max(1, min(tasks, cores))))
 
 
 def damage_report(table_id: int, plan: ReadPlan, error: DamagedReplicaError) -> str:

@@ -49,3 +49,18 @@ def spark_ddl(schema: pa.Schema, stats: tuple[int, ...] | None = None) -> str:
         parts = f";parts={int(stats[2])}" if len(stats) > 2 else ""
         columns[0] += f" COMMENT '{STATS_COMMENT}rows={int(stats[0])};bytes={int(stats[1])}{parts}'"
     return ", ".join(columns)
+
+
+def table_ddl(store, source: str, schema: str, table: str) -> str:
+    """The DDL Spark sees for an HTAP table (or a system table), statistics on its first column:
+    what the catalog's loadTable asks for, through the driver's bridge process (one metadata
+    read, no Python worker per table and query) or HtapDataSource.schema. `store` is an open
+    htap.replica.metadata.MetadataStore; a missing table raises NoSuchTableError."""
+    from htap.pushdown.system_tables import SCHEMAS, is_system_table
+    from htap.replica.partitions import decode_bounds, partition_count
+
+    if is_system_table(schema, table):
+        return spark_ddl(SCHEMAS[table])
+    info = store.get_table(source, schema, table)
+    _deltas, rows, size = store.delta_stats(info.id)
+    return spark_ddl(info.arrow_schema, (rows, size, partition_count(decode_bounds(info.partition_bounds_b64))))

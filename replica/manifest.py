@@ -10,6 +10,15 @@ has been told is never newer than the one in its manifest: a store rebuilt from 
 skips what its deltas already hold. Garbage collection only deletes deltas that a later
 manifest no longer names (a pass whose manifest write failed collects nothing).
 
+An idle source's checkpoints change nothing but positions (the source position, the tables' max
+safe seqs and times): those skip the write, up to IDLE_REWRITE_S after the last one (so an idle
+source costs one PUT a minute, not one per checkpoint, about two a second). The source may then
+have been told a position newer than its manifest's, but only past a stretch in which none of
+its tables changed: a store recovered from that manifest resumes at its older position, and
+re-reads (MySQL, Debezium) or is sent from the slot's newer position (Postgres) nothing that its
+tables need. The rewrite at least every IDLE_REWRITE_S keeps the recovered position recent, so a
+source whose log expires (a MySQL binlog) still holds it.
+
 What a manifest does not keep: leases, deltas compaction retired, recorded scans, and the seq <->
 time points of time travel other than the last (after a recovery, `TIMESTAMP AS OF` finds only
 the recovered position; `VERSION AS OF` reaches back to each table's copy, or to the newest
@@ -18,11 +27,13 @@ repartition whose older partitions were already collected: the recovered window 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from htap.errors import DAMAGE_PREFIX, ReplicaError
 from htap.replica.metadata import SCHEMA_VERSION, MetadataStore
@@ -33,8 +44,12 @@ log = logging.getLogger(__name__)
 
 FOLDER = "_manifests"
 FORMAT = 1
+IDLE_REWRITE_S = 60.0  # an unchanged manifest is still rewritten this often (its position moves on)
+# What an idle checkpoint moves: a manifest differing from the last one only in these is not written.
+POSITIONS = {"sources": ("position", "position_time", "updated_at"), "tables": ("max_safe_seq", "max_safe_time")}
 _LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _LOCKS_LOCK = threading.Lock()
+_WRITTEN: dict[tuple[str, str], tuple[str, float]] = {}  # (warehouse, source) -> (content digest, when written)
 
 
 def manifest_path(source: str) -> str:
@@ -46,13 +61,30 @@ def _lock(warehouse: Warehouse, source: str) -> threading.Lock:
         return _LOCKS.setdefault((warehouse.location, source), threading.Lock())
 
 
-def write_manifest(warehouse: Warehouse, store: MetadataStore, source: str) -> dict:
-    """Write the source's manifest (durable when this returns). Writers of one process (the
-    ingest and the compactor) take turns, so an older state never replaces a newer one."""
+def content_digest(dump: dict[str, list[dict]]) -> str:
+    """A digest of a dumped source without its positions: equal for two states between which
+    only an idle checkpoint happened."""
+    stable = {name: [{k: v for k, v in row.items() if k not in POSITIONS.get(name, ())} for row in rows]
+              for name, rows in dump.items()}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def write_manifest(warehouse: Warehouse, store: MetadataStore, source: str,
+                   clock: Callable[[], float] = time.monotonic) -> dict | None:
+    """Write the source's manifest (durable when this returns); None when it was skipped: only
+    positions moved since this process last wrote it, less than IDLE_REWRITE_S ago. Writers of
+    one process (the ingest and the compactor) take turns, so an older state never replaces a
+    newer one."""
+    key = (warehouse.location, source)
     with _lock(warehouse, source):
         dump = store.dump_source(source)
+        digest, now = content_digest(dump), clock()
+        last = _WRITTEN.get(key)
+        if last is not None and last[0] == digest and now - last[1] < IDLE_REWRITE_S:
+            return None
         doc = {"format": FORMAT, "metadata_schema": SCHEMA_VERSION, "source": source, "written_at": time.time(), **dump}
         warehouse.put_bytes(manifest_path(source), json.dumps(doc, separators=(",", ":")).encode())
+        _WRITTEN[key] = (digest, now)
     return doc
 
 

@@ -295,7 +295,11 @@ class LocalCache:
     machine that use the same folder. Recency is the file's access time (set on every use);
     eviction takes a folder-wide lock and removes the least recently used files past the limit.
     A copy is verified when it enters the cache and whenever its size or mtime changed since
-    this process last verified it."""
+    this process last verified it.
+
+    Counters (this process's, since it started; `htap serve` exports them as `htap_cache_*`):
+    hits, misses (a fetch from the store), refetched (a cached copy that failed its checksum),
+    fetched_bytes (downloaded), evictions (files this process evicted)."""
 
     def __init__(self, root: Path, limit_bytes: int):
         self.root = root
@@ -303,10 +307,16 @@ class LocalCache:
         self.files = root / "files"
         self._verified: dict[str, tuple[int, int, int]] = {}  # rel -> (inode, size, mtime_ns)
         self._lock = threading.Lock()
-        self.hits = self.misses = self.refetched = 0
+        self.hits = self.misses = self.refetched = self.fetched_bytes = self.evictions = 0
 
     def path(self, rel: str) -> Path:
         return self.files / rel
+
+    def count(self, **by: int) -> None:
+        """Add to counters (reads run on several threads)."""
+        with self._lock:
+            for name, n in by.items():
+                setattr(self, name, getattr(self, name) + n)
 
     def staging(self) -> Path:
         folder = self.root / "staging"
@@ -405,6 +415,7 @@ class LocalCache:
                 p.unlink(missing_ok=True)  # a read holding a hard link keeps its copy
                 total -= size
                 evicted += 1
+            self.count(evictions=evicted)
             return evicted
         finally:
             os.close(fd)
@@ -510,10 +521,10 @@ class ObjectStoreWarehouse(Warehouse):
     def fetch(self, rel: str, digest: str | None) -> bool:
         """Make sure the cache holds a verified copy of `rel`; False if the store has none."""
         if self.cache.valid(rel, digest):
-            self.cache.hits += 1
+            self.cache.count(hits=1)
             self.cache.touch(rel)
             return True
-        self.cache.misses += 1
+        self.cache.count(misses=1)
         staged = self.cache.staging()
         try:
             for attempt in (1, 2):
@@ -530,6 +541,7 @@ class ObjectStoreWarehouse(Warehouse):
                     self.retry.run(f"download of {self.url(rel)}", download)
                 except FileNotFoundError:
                     return False
+                self.cache.count(fetched_bytes=staged.stat().st_size)
                 if digest is None or got.hexdigest() == digest:
                     self.cache.admit(rel, staged, digest)
                     return True

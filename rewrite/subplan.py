@@ -219,6 +219,14 @@ class PushedSubplan:
                 cols |= a.input.columns()
         return cols
 
+    def columns_to_check(self, all_columns: list[str]) -> list[str]:
+        """The table columns a role must be allowed to SELECT for this subplan: every column for
+        `SELECT *` (`columns` None, not aggregating), none for `count(*)` or `SELECT 1` (the
+        source then asks for a grant on any one column), else the referenced ones."""
+        if self.columns is None and not self.aggregating:
+            return sorted(all_columns)
+        return sorted(self.referenced_columns())
+
     def without_top(self) -> "PushedSubplan":
         """The rows this subplan reads before grouping, ordering and limiting (a table's part)."""
         return dataclasses.replace(self, group_by=(), aggregates=(), order=(), limit=None, complete=False)

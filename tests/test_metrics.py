@@ -12,10 +12,11 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from htap.conf import remove_source
+from htap.conf import load_config, remove_source
 
 from conftest import wait_until
 from services import free_port
+from test_object_store import s3_workspace, set_replica_keys  # noqa: F401 - the fixture
 
 
 def set_service(ws, **keys) -> None:
@@ -141,6 +142,7 @@ def test_metrics_and_health_over_http(workspace):
     assert before_lsn <= after_lsn
     # Durations of the service's work.
     assert value("htap_checkpoint_seconds_count", **src) >= 1
+    assert not [k for k in m if k[0].startswith("htap_cache_")], "a local warehouse has no cache"
 
     health = json.loads(get(url + "/health")[1])
     assert health["status"] == "ok" and health["reasons"] == []
@@ -151,3 +153,34 @@ def test_metrics_and_health_over_http(workspace):
     # An address already in use is refused before anything starts, naming the key.
     r = ws.htap("serve", check=False)
     assert r.returncode != 0 and "service.metrics_address" in r.stderr and "cannot listen" in r.stderr
+
+
+def test_the_cache_of_an_s3_warehouse_in_the_metrics(s3_workspace):
+    """The service's cache in front of the bucket: with a limit of one byte every file it
+    uploads evicts the one before, so compaction fetches its inputs back from the store."""
+    ws = s3_workspace
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    set_service(ws, metrics_address=f"127.0.0.1:{port}")
+    set_replica_keys(ws.config, {"cache_bytes": 1, "compaction_interval_s": 0.5})
+    t = f"{ws.schema}.c"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    ws.sql(f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 200) g")
+    ws.htap("tables", "add", t)
+    ws.start_service()
+    ws.wait_readable("c")
+    labels = frozenset({("warehouse", str(load_config(ws.config).warehouse))})
+    rounds = iter(range(10**6))
+
+    def fetched_back():
+        ws.sql(f"UPDATE {t} SET v = 'round {next(rounds)}' WHERE id % 5 = 0")  # one more checkpoint
+        ws.wait_caught_up("c")
+        m = scrape(url)
+        return m[("htap_cache_misses_total", labels)] > 0 and m[("htap_cache_evictions_total", labels)] > 0 and m
+
+    m = wait_until(fetched_back, None, "compaction to fetch an evicted delta from the bucket", interval=0.5)
+    assert m[("htap_cache_fetched_bytes_total", labels)] > 0
+    assert m[("htap_cache_hits_total", labels)] >= 0 and m[("htap_cache_refetched_total", labels)] == 0
+    assert m[("htap_cache_limit_bytes", labels)] == 1
+    assert m[("htap_cache_bytes", labels)] >= 0  # the folder's size at the scrape (files come and go)
+    ws.stop_service()

@@ -131,3 +131,23 @@ def test_postgres_crash_restart_is_reported_and_resumed(tmp_path):
             pg.close()
         localpg.stop(data)
         shutil.rmtree(data, ignore_errors=True)
+
+
+def test_demo_stop_stops_the_private_postgres_the_demo_left_running():
+    from workspace import HTAP
+
+    home = Path(tempfile.mkdtemp(prefix="htap-test-demo-"))
+    home.chmod(0o755)
+    data = home / ".htap-demo" / "pg"
+    data.parent.mkdir()
+    try:
+        localpg.start(data, port=free_port())
+        assert localpg.running(data)
+        out = subprocess.run([*HTAP, "demo", "--stop"], cwd=home, capture_output=True, text=True, check=True).stdout
+        assert "stopped the private Postgres" in out
+        assert not localpg.running(data)
+        out = subprocess.run([*HTAP, "demo", "--stop"], cwd=home, capture_output=True, text=True, check=True).stdout
+        assert "no private Postgres runs" in out
+    finally:
+        localpg.stop(data)
+        shutil.rmtree(home, ignore_errors=True)

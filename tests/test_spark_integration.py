@@ -112,6 +112,14 @@ def test_a_user_without_select_gets_a_permission_error_not_data(workspace, spark
         assert normalized(allowed) == normalized(ws.sql(f"SELECT id, region FROM {orders} WHERE id < 5"))
         with pytest.raises(Exception, match=rf"HTAP_PERMISSION_DENIED.*{role}.*secret"):
             spark.sql(f"SELECT id, secret FROM {cat}.{orders}").collect()
+        with pytest.raises(Exception, match=rf"HTAP_PERMISSION_DENIED.*{role}.*secret"):
+            spark.sql(f"SELECT count(*) FROM {cat}.{orders} WHERE secret IS NOT NULL").collect()
+        # count(*) reads no column: a grant on any one column is enough, as in Postgres itself
+        (count,) = spark.sql(f"SELECT count(*) FROM {cat}.{orders}").collect()[0]
+        assert count == ws.sql(f"SELECT count(*) FROM {orders}")[0][0]
+        ws.sql(f"REVOKE SELECT (id, region) ON {orders} FROM {role}")
+        with pytest.raises(Exception, match=rf"HTAP_PERMISSION_DENIED.*{role}"):
+            spark.sql(f"SELECT count(*) FROM {cat}.{orders}").collect()
     finally:
         ws.sql(f"DROP OWNED BY {role}")
         ws.sql(f"DROP ROLE {role}")

@@ -205,7 +205,8 @@ class MySQLQueryable(QueryableSource):
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         """Whether the account may SELECT those columns, from the grant tables the way the server
         decides it: a global, database or table grant covers every column, else each column needs
-        a column grant. `user` is `name@host` (host `%` when not given)."""
+        a column grant. No columns (`count(*)`) needs a grant on any one column, as the server
+        asks. `user` is `name@host` (host `%` when not given)."""
         name, _, host = user.partition("@")
         host = host or "%"
         conn = connect(self.config)
@@ -245,7 +246,7 @@ class MySQLQueryable(QueryableSource):
         finally:
             conn.close()
         denied = [c for c in columns if c.lower() not in allowed]
-        if denied or not columns:
+        if denied or not allowed:
             return f"source account '{name}'@'{host}' lacks SELECT on {table.qualified_name}" + (
                 f" columns {denied}" if denied else ""
             )

@@ -174,3 +174,16 @@ def test_an_unknown_literal_type_inside_in_is_refused():
 def test_unknown_aggregates_are_refused(raw):
     with pytest.raises(SubplanError, match="unknown pushed aggregate"):
         PushedSubplan.from_dict({"aggregates": [raw]})
+
+
+def test_the_columns_a_role_must_be_allowed_to_select():
+    every = ["id", "region", "secret"]
+    assert PushedSubplan.from_dict({}).columns_to_check(every) == every  # SELECT *
+    assert PushedSubplan.from_dict({"columns": []}).columns_to_check(every) == []  # SELECT 1, count(*) in Spark
+    assert PushedSubplan.from_dict({"aggregates": [{"fn": "count_star"}]}).columns_to_check(every) == []
+    assert PushedSubplan.from_dict({
+        "columns": ["region"], "filters": [{"op": "is_not_null", "col": "secret"}],
+    }).columns_to_check(every) == ["region", "secret"]
+    assert PushedSubplan.from_dict({
+        "group_by": ["region"], "aggregates": [{"fn": "sum", "col": "id"}],
+    }).columns_to_check(every) == ["id", "region"]

@@ -1,26 +1,41 @@
 package io.sparkhtap;
 
-import java.io.ByteArrayOutputStream;
+import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.Writer;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Deque;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
+import java.util.concurrent.locks.ReentrantLock;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.spark.SparkConf;
 import org.apache.spark.sql.SparkSession;
 
 /**
- * Catalog calls answered by Python ({@code python -m htap.catalog.bridge}): listing tables,
- * failover toggles. The metadata store has one implementation, in Python; the shim stays glue.
+ * Catalog calls answered by Python ({@code htap.catalog.bridge}): listing tables, failover
+ * toggles, the driver's lease renewals and releases, damage reports. The metadata store has one
+ * implementation, in Python; the shim stays glue.
+ *
+ * <p>One long-lived Python process per driver (per Python executable) answers them: {@code
+ * python -m htap.catalog.bridge --serve}, one JSON line per call each way. A process per call
+ * cost ~0.7 s of CPU (interpreter and imports) and ran after every query (lease release). The
+ * process starts on the first call, is started again when it died (a call it was answering is
+ * retried once: every bridge call is idempotent), is killed when a call outlives
+ * {@value #TIMEOUT_CONF} (default {@value #DEFAULT_TIMEOUT_SECONDS} s), and ends with the JVM
+ * (a shutdown hook, and its stdin closing). Calls are serialized.
  */
 final class Bridge {
   private Bridge() {}
@@ -49,66 +64,202 @@ final class Bridge {
   static final int EXIT_ERROR = 2;
   static final int EXIT_NO_SUCH_TABLE = 3;
   /** A catalog call reads or writes a few metadata rows; anything this slow is stuck. */
-  static final long TIMEOUT_SECONDS = 120;
+  static final long DEFAULT_TIMEOUT_SECONDS = 120;
+  static final String TIMEOUT_CONF = "spark.htap.bridge.timeoutSeconds";
+  private static volatile double lastTimeout = DEFAULT_TIMEOUT_SECONDS;
 
-  /**
-   * Run a bridge command and return its JSON answer; its one-line error becomes the exception.
-   * Both output streams are drained concurrently (a long traceback on stderr must not block the
-   * child while we read stdout), and a child that does not finish in time is killed.
-   */
+  /** The session's {@value #TIMEOUT_CONF} (runtime-settable), else the last one seen. */
+  static double timeoutSeconds() {
+    try {
+      scala.Option<SparkSession> s = SparkSession.getActiveSession();
+      if (s.isEmpty()) s = SparkSession.getDefaultSession();
+      if (s.isDefined()) {
+        lastTimeout = Double.parseDouble(s.get().conf().get(TIMEOUT_CONF, Long.toString(DEFAULT_TIMEOUT_SECONDS)));
+      }
+    } catch (RuntimeException e) {
+      // no session (JVM shutting down) or an unreadable value: keep the last one
+    }
+    return lastTimeout;
+  }
+
+  private static final Map<String, Daemon> DAEMONS = new ConcurrentHashMap<>();
+
+  static {
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> DAEMONS.values().forEach(Daemon::stop), "spark-htap-bridge-stop"));
+  }
+
+  /** Run a bridge command and return its JSON answer; its one-line error becomes the exception. */
   static JsonNode call(Map<String, String> options, String... args) {
-    List<String> cmd = new ArrayList<>(List.of(python(), "-m", "htap.catalog.bridge", "--config", options.get("config")));
+    List<String> argv = new ArrayList<>(List.of("--config", options.get("config")));
     if (options.containsKey("source")) {
-      cmd.add("--source");
-      cmd.add(options.get("source"));
+      argv.add("--source");
+      argv.add(options.get("source"));
     }
-    cmd.addAll(List.of(args));
-    Process p;
+    argv.addAll(List.of(args));
+    JsonNode answer = DAEMONS.computeIfAbsent(python(), Daemon::new).call(argv, timeoutSeconds());
+    int code = answer.path("code").asInt(-1);
+    String message = answer.path("err").asText("").strip();
+    if (code == EXIT_NO_SUCH_TABLE) {
+      throw new NoSuchTable(message);
+    }
+    if (code == EXIT_ERROR) {
+      throw new IllegalArgumentException(message);
+    }
+    if (code != 0) {
+      throw new IllegalStateException("spark-htap catalog call failed (exit " + code + "): " + argv + "\n" + message);
+    }
     try {
-      p = new ProcessBuilder(cmd).start();
+      return PushedJson.MAPPER.readTree(answer.path("out").asText(""));
     } catch (IOException e) {
-      throw new IllegalStateException("cannot run " + cmd.get(0) + " for spark-htap catalog calls: " + e.getMessage()
-          + "; set spark.pyspark.python to a Python with spark-htap installed", e);
-    }
-    CompletableFuture<String> out = drain(p.getInputStream());
-    CompletableFuture<String> err = drain(p.getErrorStream());
-    try {
-      if (!p.waitFor(TIMEOUT_SECONDS, TimeUnit.SECONDS)) {
-        p.destroyForcibly();
-        throw new IllegalStateException("spark-htap catalog call timed out after " + TIMEOUT_SECONDS + " s: " + cmd
-            + "; is the metadata store reachable and not locked?");
-      }
-      int code = p.exitValue();
-      String message = err.get(TIMEOUT_SECONDS, TimeUnit.SECONDS).strip();
-      if (code == EXIT_NO_SUCH_TABLE) {
-        throw new NoSuchTable(message);
-      }
-      if (code == EXIT_ERROR) {
-        throw new IllegalArgumentException(message);
-      }
-      if (code != 0) {
-        throw new IllegalStateException("spark-htap catalog call failed (exit " + code + "): " + cmd + "\n" + message);
-      }
-      return PushedJson.MAPPER.readTree(out.get(TIMEOUT_SECONDS, TimeUnit.SECONDS));
-    } catch (InterruptedException e) {
-      p.destroyForcibly();
-      Thread.currentThread().interrupt();
-      throw new IllegalStateException("interrupted", e);
-    } catch (ExecutionException | TimeoutException | IOException e) {
-      throw new IllegalStateException("cannot read the answer of " + cmd + ": " + e, e);
+      throw new IllegalStateException("spark-htap catalog call " + argv + " answered no JSON: " + answer, e);
     }
   }
 
-  private static CompletableFuture<String> drain(InputStream in) {
-    return CompletableFuture.supplyAsync(() -> {
-      ByteArrayOutputStream buf = new ByteArrayOutputStream();
-      try (in) {
-        in.transferTo(buf);
-      } catch (IOException e) {
-        throw new UncheckedIOException(e);
+  /** The pid of the bridge process serving this JVM (-1 when none runs): for tests and operators. */
+  static long pid() {
+    Daemon d = DAEMONS.get(python());
+    return d == null ? -1 : d.pid();
+  }
+
+  /** One {@code python -m htap.catalog.bridge --serve} process, started (again) on demand. */
+  static final class Daemon {
+    private static final Object EOF = new Object();
+    private final String python;
+    private final ReentrantLock lock = new ReentrantLock();
+    private Process process;
+    private Writer requests;
+    private BlockingQueue<Object> answers;
+    private final Deque<String> stderrTail = new ArrayDeque<>();
+
+    Daemon(String python) {
+      this.python = python;
+    }
+
+    synchronized long pid() {
+      return process != null && process.isAlive() ? process.pid() : -1;
+    }
+
+    JsonNode call(List<String> argv, double timeoutS) {
+      long timeoutNanos = (long) (timeoutS * 1e9);
+      long deadline = System.nanoTime() + timeoutNanos;
+      try {
+        if (!lock.tryLock(timeoutNanos, TimeUnit.NANOSECONDS)) {
+          throw new IllegalStateException("spark-htap catalog call timed out after " + timeoutS + " s waiting for the"
+              + " bridge process, busy with another call: " + argv + "; is the metadata store reachable and not locked?"
+              + " (" + TIMEOUT_CONF + ")");
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted", e);
       }
-      return buf.toString(StandardCharsets.UTF_8);
-    });
+      try {
+        ObjectNode request = PushedJson.MAPPER.createObjectNode();
+        ArrayNode args = request.putArray("argv");
+        argv.forEach(args::add);
+        String line = PushedJson.MAPPER.writeValueAsString(request);
+        for (int attempt = 0; ; attempt++) {
+          BlockingQueue<Object> queue = start();
+          try {
+            requests.write(line);
+            requests.write('\n');
+            requests.flush();
+          } catch (IOException e) {
+            // died since the last call: start it again, once
+          }
+          Object answer = queue.poll(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+          if (answer == null) {
+            long pid = pid();
+            stop();
+            throw new IllegalStateException("spark-htap catalog call timed out after " + timeoutS + " s: " + argv
+                + "; its bridge process (pid " + pid + ") was killed and starts again on the next call;"
+                + " is the metadata store reachable and not locked? (" + TIMEOUT_CONF + ")");
+          }
+          if (answer == EOF) {
+            String tail = tail();
+            stop();
+            if (attempt == 0) continue;
+            throw new IllegalStateException("the spark-htap catalog bridge (" + python + " -m htap.catalog.bridge --serve)"
+                + " exited while answering " + argv + ":\n" + tail);
+          }
+          return PushedJson.MAPPER.readTree((String) answer);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        stop();  // its answer would be read as the next call's
+        throw new IllegalStateException("interrupted", e);
+      } catch (IOException e) {
+        throw new IllegalStateException("unreadable answer of the spark-htap catalog bridge to " + argv + ": " + e, e);
+      } finally {
+        lock.unlock();
+      }
+    }
+
+    /** The answers of the running process, starting one if none runs. */
+    private synchronized BlockingQueue<Object> start() {
+      if (process != null && process.isAlive()) return answers;
+      stop();
+      List<String> cmd = List.of(python, "-m", "htap.catalog.bridge", "--serve");
+      Process p;
+      try {
+        p = new ProcessBuilder(cmd).start();
+      } catch (IOException e) {
+        throw new IllegalStateException("cannot run " + python + " for spark-htap catalog calls: " + e.getMessage()
+            + "; set spark.pyspark.python to a Python with spark-htap installed", e);
+      }
+      BlockingQueue<Object> queue = new LinkedBlockingQueue<>();
+      synchronized (stderrTail) {
+        stderrTail.clear();
+      }
+      daemonThread("spark-htap-bridge-out", () -> {
+        try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+          for (String l; (l = r.readLine()) != null; ) queue.add(l);
+        } catch (IOException e) {
+          // the process died: EOF below
+        }
+        queue.add(EOF);
+      });
+      daemonThread("spark-htap-bridge-err", () -> {
+        try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getErrorStream(), StandardCharsets.UTF_8))) {
+          for (String l; (l = r.readLine()) != null; ) {
+            synchronized (stderrTail) {
+              stderrTail.addLast(l);
+              if (stderrTail.size() > 40) stderrTail.removeFirst();
+            }
+          }
+        } catch (IOException e) {
+          // the process died
+        }
+      });
+      process = p;
+      requests = new OutputStreamWriter(p.getOutputStream(), StandardCharsets.UTF_8);
+      answers = queue;
+      return queue;
+    }
+
+    private String tail() {
+      try {
+        process.waitFor(2, TimeUnit.SECONDS);  // its last words reach stderrTail
+        Thread.sleep(50);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      synchronized (stderrTail) {
+        return (process.isAlive() ? "" : "exit " + process.exitValue() + "\n") + String.join("\n", stderrTail);
+      }
+    }
+
+    synchronized void stop() {
+      if (process != null) {
+        process.destroyForcibly();
+        process = null;
+      }
+    }
+
+    private static void daemonThread(String name, Runnable r) {
+      Thread t = new Thread(r, name);
+      t.setDaemon(true);
+      t.start();
+    }
   }
 
   static final class NoSuchTable extends RuntimeException {

@@ -29,7 +29,6 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 public class HtapCatalog implements TableCatalog {
   static final String SHORT_NAME = "htap";
-  static final String NO_SUCH_TABLE_MARKER = "HTAP_NO_SUCH_TABLE";
   /** Catalog options, passed on to the Python data source (htap.pushdown.datasource). */
   private static final Set<String> OPTIONS =
       Set.of("config", "source", "route", "user", "password", "password_file", "as_of_seq", "source_snapshot",
@@ -104,16 +103,14 @@ public class HtapCatalog implements TableCatalog {
     Map<String, String> tableOptions = new HashMap<>(options);
     tableOptions.putAll(extra);
     tableOptions.put("table", ident.namespace()[0] + "." + ident.name());
-    PythonDataSourceV2 ds = newDataSource();
+    // The schema and statistics from the driver's bridge process (one metadata read), not from
+    // the Python data source's inferSchema: that is a round trip to a Python planning worker per
+    // table and query.
     StructType schema;
     try {
-      schema = ds.inferSchema(new CaseInsensitiveStringMap(tableOptions));
-    } catch (Exception e) {
-      if (mentions(e, NO_SUCH_TABLE_MARKER)) {
-        throw new NoSuchTableException(ident);
-      }
-      if (e instanceof RuntimeException) throw (RuntimeException) e;
-      throw new IllegalStateException(e.getMessage(), e);
+      schema = StructType.fromDDL(Bridge.call(options, "table-schema", tableOptions.get("table")).get("ddl").asText());
+    } catch (Bridge.NoSuchTable e) {
+      throw new NoSuchTableException(ident);
     }
     long[] stats = null;  // row versions, bytes of the live deltas, partitions (spark_ddl puts them on the first column)
     if (schema.fields().length > 0) {
@@ -139,15 +136,6 @@ public class HtapCatalog implements TableCatalog {
     PythonDataSourceV2 ds = new PythonDataSourceV2();
     ds.setShortName(SHORT_NAME);
     return ds;
-  }
-
-  private static boolean mentions(Throwable e, String marker) {
-    for (Throwable t = e; t != null; t = t.getCause()) {
-      if (t.getMessage() != null && t.getMessage().contains(marker)) {
-        return true;
-      }
-    }
-    return false;
   }
 
   /**
