@@ -151,6 +151,11 @@ def expr(e: Expr) -> exp.Expression:
         pattern = _like_pattern(_MATCHES[op], str(args[1].value.value))
         like = exp.Like(this=expr(args[0]), expression=exp.Literal.string(pattern))
         return exp.Escape(this=like, expression=exp.Literal.string("\\"))
+    if op == "LIKE":  # Spark's LIKE: '%', '_', and '\\' escaping them (SubtreeJson checks the pattern)
+        if args[1].form != "lit" or args[1].value.type != "string":
+            raise SubplanError(f"LIKE needs a literal pattern: {e!r}")
+        like = exp.Like(this=expr(args[0]), expression=exp.Literal.string(str(args[1].value.value)))
+        return exp.Escape(this=like, expression=exp.Literal.string("\\"))
     if op == "CASE_WHEN":
         case = exp.Case()
         pairs = len(args) // 2

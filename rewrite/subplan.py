@@ -24,7 +24,8 @@ Spark result type (`int`, `decimal(12,2)`, `string`, ...), which renderers cast 
   <vexpr> := {"col": c, "type": t} | {"lit": <lit>, "type": t}
            | {"op": OP, "type": t, "args": [<vexpr>, ...]}  (+ "field" for "extract")
   OP: = <> <=> < <= > >= AND OR NOT IS_NULL IS_NOT_NULL IN STARTS_WITH ENDS_WITH CONTAINS
-      + - * NEG CASE_WHEN COALESCE SUBSTRING extract cast
+      + - * NEG CASE_WHEN COALESCE SUBSTRING extract cast LIKE (a pushed tree's general LIKE:
+      args [<vexpr>, a string literal pattern]; '\\' escapes '%', '_' and itself, as in Spark)
 
 Top-N and limit (Spark's SupportsPushDownTopN / Limit; per task unless the scan is one task):
   "order": [{"expr": <vexpr>} | {"output": k}, "asc": bool, "nulls_first": bool}, ...]
@@ -77,7 +78,7 @@ TREE_AGGREGATES = ("sum", "count", "count_star", "min", "max")
 EXPRESSION_OPS = (
     "=", "<>", "<=>", "<", "<=", ">", ">=", "AND", "OR", "NOT", "IS_NULL", "IS_NOT_NULL", "IN",
     "STARTS_WITH", "ENDS_WITH", "CONTAINS", "+", "-", "*", "NEG", "CASE_WHEN", "COALESCE", "SUBSTRING",
-    "extract", "cast",
+    "extract", "cast", "LIKE",
 )
 
 

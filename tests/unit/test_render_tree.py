@@ -152,3 +152,25 @@ def test_malformed_trees_are_subplan_errors(raw):
     with pytest.raises(SubplanError):
         PushedSubplan.from_dict(raw)
 
+
+
+def test_general_like_keeps_spark_semantics_with_escapes():
+    """LIKE (a pushed tree's general pattern): '%' and '_' as in Spark, '\\' escaping them."""
+    from htap.rewrite import render
+    from htap.rewrite.subplan import _expr
+
+    words = ["a%b", "axb", "a_b", "ab", "special requests", "special\nrequests", None, "A%B"]
+    con = engine.cursor()
+    try:
+        con.execute("CREATE OR REPLACE TABLE w (s TEXT)")
+        con.executemany("INSERT INTO w VALUES (?)", [(x,) for x in words])
+        for pattern, expected in [("a\\%b", ["a%b"]), ("a_b", ["a%b", "axb", "a_b"]), ("a\\_b", ["a_b"]),
+                                  ("%special%requests%", ["special requests", "special\nrequests"]), ("a%", ["a%b", "axb", "a_b", "ab"])]:
+            like = _expr({"op": "LIKE", "type": "boolean", "args": [
+                {"col": "s", "type": "string"}, {"lit": {"type": "string", "value": pattern}, "type": "string"}]})
+            q = exp.select("s").from_("w").where(render.expr(like))
+            assert sorted(r[0] for r in con.sql(q.sql("duckdb")).fetchall()) == sorted(expected), pattern
+            for dialect in ("postgres", "mysql"):
+                assert "ESCAPE" in q.sql(dialect), dialect
+    finally:
+        con.close()

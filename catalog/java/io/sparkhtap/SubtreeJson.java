@@ -19,6 +19,7 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference$;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.Like;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
@@ -324,7 +325,8 @@ final class SubtreeJson {
     Expression renamed = e.transformDown(new AbstractPartialFunction<Expression, Expression>() {
       @Override
       public boolean isDefinedAt(Expression x) {
-        return x instanceof AttributeReference || x instanceof AggregateExpression || x instanceof ScalarSubquery;
+        return x instanceof AttributeReference || x instanceof AggregateExpression || x instanceof ScalarSubquery
+            || x instanceof Like;
       }
 
       @Override
@@ -336,7 +338,7 @@ final class SubtreeJson {
         if (!isDefinedAt(x)) return fallback.apply(x);
         ObjectNode slot = x instanceof AggregateExpression
             ? (aggregates ? aggregate((AggregateExpression) x, input) : null)
-            : subquery((ScalarSubquery) x);
+            : x instanceof Like ? like((Like) x, input) : subquery((ScalarSubquery) x);
         if (slot == null) {
           failed[0] = true;
           @SuppressWarnings("unchecked") B1 r = (B1) x;
@@ -415,6 +417,32 @@ final class SubtreeJson {
     if (arg == null) return null;
     n.put("distinct", a.isDistinct()).put("type", f.dataType().catalogString());
     n.putArray("args").add(arg);
+    return n;
+  }
+
+  /**
+   * General LIKE (Spark offers no V2 form of it) with a literal pattern whose escape character
+   * only escapes '%', '_' or itself (Spark rejects any other use; the targets would not):
+   * '%' and '_' mean the same in DuckDB, Postgres and MySQL, rendered with ESCAPE '\'.
+   */
+  private ObjectNode like(Like l, scala.collection.immutable.Seq<Attribute> input) {
+    if (l.escapeChar() != '\\' || !(l.right() instanceof Literal) || !(l.left().dataType() instanceof StringType)) return null;
+    Object pattern = ((Literal) l.right()).value();
+    if (pattern == null) return null;
+    String text = pattern.toString();
+    for (int i = 0; i < text.length(); i++) {
+      if (text.charAt(i) == '\\') {
+        if (i + 1 >= text.length() || "%_\\".indexOf(text.charAt(i + 1)) < 0) return null;
+        i++;
+      }
+    }
+    ObjectNode arg = expr(l.left(), input, false, false);
+    if (arg == null) return null;
+    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    n.put("op", "LIKE").put("type", "boolean");
+    ArrayNode args = n.putArray("args");
+    args.add(arg);
+    args.addObject().put("type", "string").putObject("lit").put("type", "string").put("value", text);
     return n;
   }
 
