@@ -70,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jdbc-fetch-size", type=int, default=10000, help="JDBC fetchsize (default 10000)")
     p.add_argument("--jdbc-join-pushdown", action="store_true",
                    help="also set spark.sql.optimizer.datasourceV2JoinPushdown=true (off by default in Spark)")
+    p.add_argument("--no-subtree-pushdown", action="store_true",
+                   help="set spark.htap.wholeQueryPushdown=false: the replica without whole-subtree pushdown (to compare)")
     p.add_argument("--driver-memory", default="6g", help="spark.driver.memory (default 6g)")
     p.add_argument("--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions (default 4)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a query run is cancelled (default 1800)")
@@ -259,6 +261,9 @@ def run(args: argparse.Namespace, started: float) -> int:
         log("Spark: starting one local session with the catalog shim and the PostgreSQL JDBC driver")
         spark, spark_conf = spark_session(replica.config, jdbc, args.driver_memory, args.shuffle_partitions,
                                           need_jdbc="jdbc" in args.systems)
+        if args.no_subtree_pushdown:
+            spark.conf.set("spark.htap.wholeQueryPushdown", "false")
+            spark_conf = {**spark_conf, "spark.htap.wholeQueryPushdown": "false"}
         if parquet_files and "parquet" in args.systems:
             register_parquet(spark, parquet_files)
         duck = duckdb_connection(parquet_files, os.cpu_count()) if "duckdb" in args.systems else None

@@ -104,6 +104,10 @@ def spark_conf(catalog: str, config_path: str | os.PathLike, source: str | None 
         # Joins between HTAP tables of one source run inside one replica scan (off by default in
         # Spark): SupportsPushDownJoin in the shim's scan builder.
         "spark.sql.optimizer.datasourceV2JoinPushdown": "true",
+        # Where DSv2 cannot carry a query (semi/anti joins from EXISTS / IN / NOT IN, aggregates
+        # between joins, scalar subqueries), a whole subtree over HTAP tables of one source and
+        # snapshot becomes one scan (io.sparkhtap.HtapSubtreeStrategy; on unless set false).
+        "spark.htap.wholeQueryPushdown": "true",
         # Executors and the planning worker must run a Python that has spark-htap installed.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,

@@ -23,6 +23,7 @@ from htap.connectors.tables import SourceTable
 from htap.errors import AccessError, HtapError, SourceError
 from htap.rewrite import dialects, render
 from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.tree import render_tree_over
 
 
 class SourceSnapshot(ABC):
@@ -94,9 +95,19 @@ class QueryableSource(ABC):
         `SourceSnapshot.name`) when given."""
 
     def render_joined(self, tables: list[SourceTable], subplan: PushedSubplan) -> str:
-        """A joined scan's subplan (htap.rewrite.subplan `join`) as one query of this source: each
+        """A joined scan's subplan (htap.rewrite.subplan `join`, or a pushed `tree`: rendered by
+        htap.rewrite.tree over the same relations) as one query of this source: each
         table's relation with its own filters and columns, joined, then the aggregate, order and
         limit — what the replica computes in DuckDB."""
+        if subplan.tree is not None:
+            if len(subplan.table_reads()) != len(tables):
+                raise SourceError("render_joined needs a pushed tree and its tables")
+            relations = [
+                render.select(own.carrying_rows(t.key[0]), self.relation(t), [c.name for c in t.columns])
+                for t, (_name, own) in zip(tables, subplan.table_reads())
+            ]
+            query = render_tree_over(subplan, relations, [[c.name for c in t.columns] for t in tables])
+            return dialects.for_source(query, self.dialect).sql(self.dialect)
         join = subplan.join
         if join is None or len(join.tables) != len(tables):
             raise SourceError("render_joined needs a joined subplan and its tables")

@@ -326,7 +326,7 @@ class HtapReader(DataSourceReader):
         self.schema = schema
         try:
             subplan = PushedSubplan.from_json(opts.pushed)
-            if subplan.join is not None:
+            if subplan.join is not None or subplan.tree is not None:
                 self._plan_join(opts, cfg, store, subplan)
                 return
             role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
@@ -373,9 +373,10 @@ class HtapReader(DataSourceReader):
             store.close()
 
     def _plan_join(self, opts: ScanOptions, cfg, store, subplan) -> None:
-        """A scan with joins pushed into it: all its tables routed, pinned and recorded in one
-        metadata transaction; one task, or one per partition of the split table (its others
-        read whole in every task); on the source, one query at the query's snapshot."""
+        """A scan with joins (or a whole subtree of the query) pushed into it: all its tables
+        routed, pinned and recorded in one metadata transaction; one task, or one per partition
+        of a join's split table (its others read whole in every task); on the source, one query
+        at the query's snapshot. A tree is always one task."""
         from htap.pushdown.planning import ScanRequest, plan_scans
         from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access
@@ -385,9 +386,10 @@ class HtapReader(DataSourceReader):
 
         source = cfg.source(opts.source)
         problem = open_warehouse(cfg).unreachable()
-        join = subplan.join
+        reads = subplan.table_reads()
+        split = subplan.join.split if subplan.join is not None else None
         tables = []
-        for name in join.table_names():
+        for name, _own in reads:
             schema_name, table_name = name.split(".", 1)
             try:
                 tables.append(store.get_table(source.name, schema_name, table_name))
@@ -395,8 +397,8 @@ class HtapReader(DataSourceReader):
                 raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
         role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
         if role:
-            for table, joined in zip(tables, join.tables):
-                columns = joined.subplan.columns_to_check([c.name for c in table.columns])
+            for table, (_name, own) in zip(tables, reads):
+                columns = own.columns_to_check([c.name for c in table.columns])
                 denied = check_access(source, role, table, columns)
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
@@ -408,7 +410,7 @@ class HtapReader(DataSourceReader):
             )
             for t in tables
         ]
-        plans = plan_scans(store, requests, [j.subplan for j in join.tables], window_s=cfg.window_s,
+        plans = plan_scans(store, requests, [own for _name, own in reads], window_s=cfg.window_s,
                            pin_ttl_s=cfg.pin_ttl_s, export=lambda: export_held_snapshot(str(cfg.path), source.name),
                            holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
         if plans[0].route.target != ROUTE_REPLICA:
@@ -421,12 +423,12 @@ class HtapReader(DataSourceReader):
             t = plan.table
             return JoinedTablePart(t.id, f"{t.source}.{t.qualified_name}", t.arrow_schema_b64, t.key, tuple(reads))
 
-        if join.split is None:
+        if split is None:
             tasks = [tuple(part(p, p.reads) for p in plans)]
         else:
             tasks = [
-                tuple(part(p, (read,) if i == join.split else p.reads) for i, p in enumerate(plans))
-                for read in plans[join.split].reads
+                tuple(part(p, (read,) if i == split else p.reads) for i, p in enumerate(plans))
+                for read in plans[split].reads
             ]
         self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed,
                                             opts.executor_metadata or str(cfg.metadata), cfg.window_s,

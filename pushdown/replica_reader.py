@@ -29,6 +29,7 @@ from htap.pushdown import partials
 from htap.replica.snapshot import ReadPlan
 from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
+from htap.rewrite.tree import render_tree_over
 from htap.rewrite.subplan import PushedSubplan
 
 BATCH_ROWS = 64 * 1024
@@ -193,11 +194,12 @@ def _plan_files(plan: ReadPlan) -> dict[str, str | None]:
 def read_joined(
     warehouse: Warehouse | Path, tables: list[JoinedTableRead], subplan: PushedSubplan, output_schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """A joined scan in one DuckDB query: each table's current rows at the seq (its partitions'
-    reads, each with the table's own filters and columns) as a temporary view, joined, then
-    the aggregate, order and limit above the join (htap.rewrite.render.joined_select)."""
-    join = subplan.join
-    assert join is not None and len(join.tables) == len(tables)
+    """A joined scan (or a pushed tree) in one DuckDB query: each table's current rows at the seq
+    (its partitions' reads, each with the table's own filters and columns) as a temporary view,
+    then the join with the aggregate, order and limit above it (htap.rewrite.render.joined_select),
+    or the tree over its leaves (htap.rewrite.tree)."""
+    reads = subplan.table_reads()
+    assert (subplan.join is not None or subplan.tree is not None) and len(reads) == len(tables)
     warehouse = as_warehouse(warehouse)
     needed: dict[str, str | None] = {}
     for t in tables:
@@ -207,9 +209,8 @@ def read_joined(
         con = engine.cursor(exact_floats=any(engine.has_floats(t.schema) for t in tables))
         files: dict[str, list[str]] = {}
         try:
-            relations = []
-            for i, (t, joined) in enumerate(zip(tables, join.tables)):
-                own = joined.subplan
+            views = []
+            for i, (t, (_name, own)) in enumerate(zip(tables, reads)):
                 parts = []
                 for j, plan in enumerate(t.plans):
                     sql, local = partition_query(
@@ -221,13 +222,18 @@ def read_joined(
                     parts.append(f"({sql})")
                     files.setdefault(t.label, []).extend(local)
                 if not parts:  # every partition pruned by the table's own key filters
-                    columns = list(own.columns) if own.columns is not None else t.schema.names
+                    carried = own.carrying_rows(t.key[0])
+                    columns = list(carried.columns) if carried.columns is not None else t.schema.names
                     empty = pa.Table.from_batches([], schema=pa.schema([t.schema.field(c) for c in columns]))
                     con.register(f"__empty_{i}", empty)
                     parts.append(f"(SELECT * FROM __empty_{i})")
                 con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
-                relations.append(sqlglot.exp.to_table(f"__table_{i}").as_(render.table_alias(i), quoted=True))
-            sql = render.joined_select(subplan, relations).sql("duckdb")
+                views.append(sqlglot.exp.to_table(f"__table_{i}"))
+            if subplan.tree is not None:
+                sql = render_tree_over(subplan, views, [t.schema.names for t in tables]).sql("duckdb")
+            else:
+                relations = [v.as_(render.table_alias(i), quoted=True) for i, v in enumerate(views)]
+                sql = render.joined_select(subplan, relations).sql("duckdb")
             yield from _run(con, sql, output_schema, subplan, files)
         finally:
             con.close()

@@ -139,10 +139,10 @@ def expr(e: Expr) -> exp.Expression:
         return exp.or_(*(exp.paren(expr(a), copy=False) for a in args))
     if op == "NOT":
         return exp.Not(this=exp.paren(expr(args[0]), copy=False))
-    if op == "IS_NULL":
-        return exp.Is(this=expr(args[0]), expression=exp.Null())
+    if op == "IS_NULL":  # an operation parenthesized: `(a = b) IS NULL` (NOT IN's null-aware condition)
+        return exp.Is(this=_operand(expr(args[0])), expression=exp.Null())
     if op == "IS_NOT_NULL":
-        return exp.Not(this=exp.Is(this=expr(args[0]), expression=exp.Null()))
+        return exp.Not(this=exp.Is(this=_operand(expr(args[0])), expression=exp.Null()))
     if op == "IN":
         return exp.In(this=expr(args[0]), expressions=[expr(a) for a in args[1:]])
     if op in _MATCHES:
@@ -168,6 +168,10 @@ def expr(e: Expr) -> exp.Expression:
     if op == "cast":
         return exp.Cast(this=expr(args[0]), to=sql_type(e.type))
     raise SubplanError(f"cannot render expression {e!r}")
+
+
+def _operand(node: exp.Expression) -> exp.Expression:
+    return node if isinstance(node, (exp.Column, exp.Literal, exp.Cast, exp.Paren)) else exp.paren(node, copy=False)
 
 
 def aggregate(a: Aggregate) -> exp.Expression:

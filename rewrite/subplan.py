@@ -38,6 +38,24 @@ Joins pushed into one scan (Spark's SupportsPushDownJoin; catalog/java/.../Joine
   "select": [<vexpr>, ...]                                  # the outputs when not aggregating
 Every column above the tables (on, select, group_by, aggregates, order) names its table:
 {"col": c, "table": i, "type": t}; `split` (optional) is the table whose partitions are the tasks.
+
+A whole subtree of the query pushed into one scan (catalog/java/.../SubtreeJson.java, issue 12):
+  {"tree": {"leaves": [{"table": "schema.name", "pushed": <a scan's own subplan>}, ...],
+            "root": <node>}}
+  <node> := {"node": "scan", "leaf": k, "output": [name, ...]}      # leaf k's outputs, renamed
+          | {"node": "project", "child": <node>, "exprs": [{"name": n, "expr": <texpr>}, ...]}
+          | {"node": "filter", "child": <node>, "cond": <texpr>}
+          | {"node": "join", "type": "inner"|"left"|"right"|"full"|"cross"|"semi"|"anti",
+             "left": <node>, "right": <node>, "on": <texpr>}    # "on" optional; semi/anti: EXISTS
+          | {"node": "aggregate", "child": <node>, "group_by": [<texpr>, ...],
+             "exprs": [{"name": n, "expr": <texpr>}, ...]}
+          | {"node": "sort", "child": <node>, "keys": [<key>, ...]}  # only at the root
+          | {"node": "limit", "child": <node>, "limit": n, "keys": [<key>, ...]}  # keys: top-N
+  <texpr> := <vexpr> over the columns of the child nodes' outputs (every name unique in the tree)
+           | {"agg": "sum"|"count"|"count_star"|"min"|"max", "distinct": bool, "args": [<texpr>], "type": t}
+           | {"subquery": <node>, "type": t}                    # an uncorrelated scalar subquery
+  <key>   := {"expr": <texpr>, "asc": bool, "nulls_first": bool}
+The whole tree is one task: one query at the query's one snapshot (replica or source, never both).
 """
 
 from __future__ import annotations
@@ -53,6 +71,9 @@ STRING_MATCHES = ("starts_with", "ends_with", "contains")
 LITERAL_TYPES = ("null", "boolean", "long", "double", "decimal", "string", "date", "timestamp", "timestamp_ntz")
 AGGREGATE_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "min", "max")
 JOIN_TYPES = ("inner", "left", "right")
+TREE_NODES = ("scan", "project", "filter", "join", "aggregate", "sort", "limit")
+TREE_JOIN_TYPES = ("inner", "left", "right", "full", "cross", "semi", "anti")
+TREE_AGGREGATES = ("sum", "count", "count_star", "min", "max")
 EXPRESSION_OPS = (
     "=", "<>", "<=>", "<", "<=", ">", ">=", "AND", "OR", "NOT", "IS_NULL", "IS_NOT_NULL", "IN",
     "STARTS_WITH", "ENDS_WITH", "CONTAINS", "+", "-", "*", "NEG", "CASE_WHEN", "COALESCE", "SUBSTRING",
@@ -96,6 +117,8 @@ class Expr:
     args: tuple["Expr", ...] = ()
     field: str | None = None  # extract: YEAR, MONTH, DAY, QUARTER
     table: int | None = None  # col in a joined scan: the table's position in the join
+    plan: "TreeNode | None" = None  # subquery (form "subquery")
+    distinct: bool = False  # agg (form "agg": name is the function)
 
     @classmethod
     def column(cls, name: str, type: str = "") -> "Expr":
@@ -162,6 +185,7 @@ class PushedSubplan:
     complete: bool = False  # the aggregate is final: no partial sums split into rows
     join: PushedJoin | None = None
     select: tuple[Expr, ...] = ()  # a joined scan's outputs when not aggregating
+    tree: "PushedTree | None" = None  # a whole subtree of the query (one task)
 
     def __post_init__(self):
         groups = tuple(Expr.column(g) if isinstance(g, str) else g for g in self.group_by)
@@ -174,7 +198,7 @@ class PushedSubplan:
     @property
     def needs_no_column(self) -> bool:
         """Spark wants only the rows (`SELECT 1 FROM t`, `count(*)` it computes itself)."""
-        return not self.aggregating and self.columns == () and self.join is None
+        return not self.aggregating and self.columns == () and self.join is None and self.tree is None
 
     def carrying_rows(self, column: str) -> "PushedSubplan":
         """This subplan, with `column` selected when it needs no column: no SQL dialect we render
@@ -210,6 +234,23 @@ class PushedSubplan:
     def to_dict(self) -> dict:
         return self.raw
 
+    def table_part(self) -> "PushedSubplan":
+        """What a scan reads of its table before its own grouping, ordering and limit: its
+        filters and the columns it needs (every referenced one when it aggregates)."""
+        part = self.without_top()
+        if self.aggregating:
+            part = dataclasses.replace(part, columns=tuple(sorted(self.referenced_columns())))
+        return part
+
+    def table_reads(self) -> list[tuple[str | None, "PushedSubplan"]]:
+        """(schema.table, what is read of it) for every table this scan reads, in order: its
+        joined tables, a tree's leaves' tables, or (None, itself) for a plain scan."""
+        if self.tree is not None:
+            return self.tree.table_reads()
+        if self.join is not None:
+            return [(t.name, t.subplan) for t in self.join.tables]
+        return [(None, self)]
+
     @classmethod
     def from_json(cls, text: str | None) -> "PushedSubplan":
         if not text:
@@ -223,7 +264,7 @@ class PushedSubplan:
     @classmethod
     def from_dict(cls, raw: dict) -> "PushedSubplan":
         unknown = set(raw) - {"columns", "filters", "group_by", "aggregates", "where", "order", "limit", "complete",
-                              "join", "select"}
+                              "join", "select", "tree"}
         if unknown:
             raise SubplanError(f"pushed subplan has unknown keys {sorted(unknown)}")
         columns = raw.get("columns")
@@ -242,7 +283,165 @@ class PushedSubplan:
             complete=bool(raw.get("complete", False)),
             join=_join(raw["join"]) if "join" in raw else None,
             select=tuple(_expr(e) for e in raw.get("select", [])),
+            tree=_tree(raw["tree"]) if "tree" in raw else None,
         )
+
+
+@dataclass(frozen=True)
+class TreeLeaf:
+    """One scan of a pushed tree: its table (the first one, when joins were pushed into it) and
+    its own pushed subplan, rendered as a derived table whose columns the tree renames."""
+
+    table: str
+    subplan: PushedSubplan
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    op: str  # TREE_NODES
+    children: tuple["TreeNode", ...] = ()
+    leaf: int | None = None  # scan
+    output: tuple[str, ...] = ()  # scan: its columns' names in the tree
+    exprs: tuple[tuple[str, Expr], ...] = ()  # project, aggregate: (name, expression)
+    cond: Expr | None = None  # filter, join
+    join_type: str | None = None
+    group_by: tuple[Expr, ...] = ()
+    keys: tuple[SortKey, ...] = ()  # sort, limit (top-N)
+    limit: int | None = None
+
+    def columns(self) -> list[str]:
+        """The node's output columns, by name."""
+        if self.op == "scan":
+            return list(self.output)
+        if self.op in ("project", "aggregate"):
+            return [name for name, _ in self.exprs]
+        if self.op == "join" and self.join_type not in ("semi", "anti"):
+            return self.children[0].columns() + self.children[1].columns()
+        return self.children[0].columns()
+
+
+@dataclass(frozen=True)
+class PushedTree:
+    leaves: tuple[TreeLeaf, ...]
+    root: TreeNode
+
+    def table_reads(self) -> list[tuple[str, PushedSubplan]]:
+        """(schema.table, its filters and columns) of every table read, leaf by leaf: a leaf's
+        joined tables, or its one table with what the leaf reads of it."""
+        out: list[tuple[str, PushedSubplan]] = []
+        for leaf in self.leaves:
+            if leaf.subplan.join is not None:
+                out.extend((t.name, t.subplan) for t in leaf.subplan.join.tables)
+            else:
+                out.append((leaf.table, leaf.subplan.table_part()))
+        return out
+
+    def leaf_reads(self) -> list[list[int]]:
+        """For each leaf, the positions of its tables in `table_reads()`."""
+        out, at = [], 0
+        for leaf in self.leaves:
+            n = len(leaf.subplan.join.tables) if leaf.subplan.join is not None else 1
+            out.append(list(range(at, at + n)))
+            at += n
+        return out
+
+
+def _tree(raw: dict) -> PushedTree:
+    if not isinstance(raw, dict) or set(raw) - {"leaves", "root"}:
+        raise SubplanError(f"a pushed tree has leaves and a root: {raw!r}")
+    leaves = []
+    for leaf in raw.get("leaves", []):
+        if not isinstance(leaf, dict) or not isinstance(leaf.get("table"), str):
+            raise SubplanError(f"a pushed tree's leaf names its table: {leaf!r}")
+        sub = PushedSubplan.from_dict(leaf.get("pushed", {}))
+        if sub.tree is not None:
+            raise SubplanError("a pushed tree's leaf is a scan, not another tree")
+        leaves.append(TreeLeaf(leaf["table"], sub))
+    if len(leaves) < 1:
+        raise SubplanError("a pushed tree has no leaves")
+    root = _node(raw.get("root"), len(leaves), top=True)
+    seen: set[str] = set()
+    _check_names(root, seen)
+    return PushedTree(tuple(leaves), root)
+
+
+def _check_names(node: TreeNode, seen: set[str]) -> None:
+    """Every node's outputs are distinct names (each SELECT's columns resolve to one), and a
+    node passes on or defines each name once; the same subplan may appear in two branches (Spark
+    copies a semi join's subquery below an aggregate), each branch a scope of its own."""
+    for child in node.children:
+        _check_names(child, set())
+    names = node.columns()
+    if len(set(names)) != len(names):
+        raise SubplanError(f"pushed tree node {node.op} outputs a column twice: {names}")
+    inputs = {c for child in node.children for c in child.columns()}
+    for name, e in node.exprs:
+        if name in inputs and not (e.form == "col" and e.name == name):
+            raise SubplanError(f"pushed tree redefines column {name!r}")
+    for e in (node.cond, *node.group_by, *(e for _, e in node.exprs), *(k.expr for k in node.keys)):
+        for sub in _subqueries(e):
+            _check_names(sub, set())
+
+
+def _subqueries(e: Expr | None) -> list[TreeNode]:
+    if e is None:
+        return []
+    out = [e.plan] if e.form == "subquery" else []
+    for a in e.args:
+        out.extend(_subqueries(a))
+    return out
+
+
+def _named(raw: list, leaves: int) -> tuple[tuple[str, Expr], ...]:
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "expr" not in item:
+            raise SubplanError(f"a pushed tree's output is a name and an expression: {item!r}")
+        out.append((item["name"], _expr(item["expr"], leaves)))
+    return tuple(out)
+
+
+def _node(raw, leaves: int, top: bool = False) -> TreeNode:
+    if not isinstance(raw, dict) or raw.get("node") not in TREE_NODES:
+        raise SubplanError(f"unknown pushed tree node {raw!r}")
+    op = raw["node"]
+    if op == "scan":
+        leaf = raw.get("leaf")
+        output = raw.get("output")
+        if not isinstance(leaf, int) or not 0 <= leaf < leaves or not output or not all(isinstance(o, str) for o in output):
+            raise SubplanError(f"a pushed tree scan names a leaf and its outputs: {raw!r}")
+        return TreeNode("scan", leaf=leaf, output=tuple(output))
+    if op == "join":
+        if raw.get("type") not in TREE_JOIN_TYPES:
+            raise SubplanError(f"unknown pushed tree join type {raw!r}")
+        cond = _expr(raw["on"], leaves) if raw.get("on") is not None else None
+        return TreeNode("join", (_node(raw.get("left"), leaves), _node(raw.get("right"), leaves)), cond=cond,
+                        join_type=raw["type"])
+    child = (_node(raw.get("child"), leaves),)
+    if op == "project":
+        return TreeNode("project", child, exprs=_named(raw.get("exprs", []), leaves))
+    if op == "filter":
+        if "cond" not in raw:
+            raise SubplanError(f"a pushed tree filter has no condition: {raw!r}")
+        return TreeNode("filter", child, cond=_expr(raw["cond"], leaves))
+    if op == "aggregate":
+        return TreeNode("aggregate", child, exprs=_named(raw.get("exprs", []), leaves),
+                        group_by=tuple(_expr(g, leaves) for g in raw.get("group_by", [])))
+    keys = tuple(_tree_key(k, leaves) for k in raw.get("keys", []))
+    if op == "sort":
+        if not top:
+            raise SubplanError("a pushed tree sorts only at its root (a nested order means nothing in SQL)")
+        return TreeNode("sort", child, keys=keys)
+    limit = raw.get("limit")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise SubplanError(f"pushed tree limit is not a count: {raw!r}")
+    return TreeNode("limit", child, keys=keys, limit=limit)
+
+
+def _tree_key(raw: dict, leaves: int) -> SortKey:
+    if not isinstance(raw, dict) or "expr" not in raw:
+        raise SubplanError(f"unknown pushed tree sort key {raw!r}")
+    return SortKey(_expr(raw["expr"], leaves), None, bool(raw.get("asc", True)), bool(raw.get("nulls_first", True)))
 
 
 def _literal(raw: dict) -> Literal:
@@ -298,15 +497,27 @@ def _join(raw: dict) -> PushedJoin:
     return PushedJoin(tables, tuple(steps), split)
 
 
-def _expr(raw: dict) -> Expr:
+def _expr(raw: dict, leaves: int | None = None) -> Expr:
+    """A typed expression; with `leaves` (inside a pushed tree) also aggregates and subqueries."""
     if not isinstance(raw, dict):
         raise SubplanError(f"pushed expression is not an object: {raw!r}")
     t = raw.get("type", "")
+    if leaves is not None and "agg" in raw:
+        fn = raw["agg"]
+        args = tuple(_expr(a, leaves) for a in raw.get("args", []))
+        if fn not in TREE_AGGREGATES or len(args) != (0 if fn == "count_star" else 1):
+            raise SubplanError(f"unknown pushed tree aggregate {raw!r}")
+        return Expr("agg", t, fn, args=args, distinct=bool(raw.get("distinct", False)))
+    if leaves is not None and "subquery" in raw:
+        plan = _node(raw["subquery"], leaves)
+        if len(plan.columns()) != 1:
+            raise SubplanError(f"a scalar subquery has one column: {raw!r}")
+        return Expr("subquery", t, plan=plan)
     if "col" in raw:
         table = raw.get("table")
         return Expr("col", t, raw["col"], table=None if table is None else int(table))
     if "lit" in raw:
         return Expr("lit", t, value=_literal(raw["lit"]))
     if raw.get("op") in EXPRESSION_OPS:
-        return Expr("op", t, raw["op"], args=tuple(_expr(a) for a in raw.get("args", [])), field=raw.get("field"))
+        return Expr("op", t, raw["op"], args=tuple(_expr(a, leaves) for a in raw.get("args", [])), field=raw.get("field"))
     raise SubplanError(f"unknown pushed expression {raw!r}")

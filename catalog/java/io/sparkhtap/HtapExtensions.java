@@ -8,7 +8,10 @@ import scala.Function1;
 import scala.runtime.AbstractFunction1;
 import scala.runtime.BoxedUnit;
 
-/** {@code spark.sql.extensions = io.sparkhtap.HtapExtensions}: adds the one-snapshot-per-query strategy. */
+/**
+ * {@code spark.sql.extensions = io.sparkhtap.HtapExtensions}: adds the one-snapshot-per-query
+ * strategy, then whole-subtree pushdown (HtapSubtreeStrategy).
+ */
 public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
@@ -19,6 +22,13 @@ public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, Bo
       }
     };
     extensions.injectPlannerStrategy(strategy);
+    // After the snapshot strategy: a subtree's scan takes over its leaves' snapshot token.
+    extensions.injectPlannerStrategy(new AbstractFunction1<SparkSession, SparkStrategy>() {
+      @Override
+      public SparkStrategy apply(SparkSession session) {
+        return new HtapSubtreeStrategy();
+      }
+    });
     return BoxedUnit.UNIT;
   }
 }

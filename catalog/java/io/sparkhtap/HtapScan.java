@@ -31,6 +31,7 @@ public class HtapScan implements Scan, SupportsReportStatistics {
   /** The driver holds this scan's leases under this owner while its query runs (LeaseKeeper). */
   private final String leaseOwner = UUID.randomUUID().toString();
   private volatile boolean planned;
+  private volatile HtapScan absorbedBy;
 
   private final long[] estimate;  // rows, bytes; null when unknown
   private final boolean rowsKnown;  // false for a pushed aggregate (fewer rows than the table)
@@ -90,6 +91,23 @@ public class HtapScan implements Scan, SupportsReportStatistics {
 
   boolean hasSnapshot() {
     return snapshotToken != null;
+  }
+
+  String snapshotToken() {
+    return snapshotToken;
+  }
+
+  String snapshotTables() {
+    return snapshotTables;
+  }
+
+  /** The scan that reads this one's whole subtree instead (HtapSubtreeStrategy), or null. */
+  HtapScan absorbedBy() {
+    return absorbedBy;
+  }
+
+  void absorbedBy(HtapScan scan) {
+    this.absorbedBy = scan;
   }
 
   /** Spark's own Python scan, built on first use with the final options. */

@@ -44,10 +44,23 @@ public class HtapSnapshotStrategy extends SparkStrategy {
     return List$.MODULE$.empty();
   }
 
-  /** HTAP scans in the plan, its children and the plans of its subquery expressions. */
+  /** Whether the plan (or a subquery of it) reads an HTAP table. */
+  static boolean hasHtapScan(LogicalPlan p) {
+    List<HtapScan> scans = new ArrayList<>();
+    collect(p, scans);
+    return !scans.isEmpty();
+  }
+
+  /**
+   * HTAP scans in the plan, its children and the plans of its subquery expressions; with each,
+   * the scan that replaced its subtree (HtapSubtreeStrategy), once.
+   */
   static void collect(LogicalPlan p, List<HtapScan> out) {
     if (p instanceof DataSourceV2ScanRelation && ((DataSourceV2ScanRelation) p).scan() instanceof HtapScan) {
-      out.add((HtapScan) ((DataSourceV2ScanRelation) p).scan());
+      HtapScan scan = (HtapScan) ((DataSourceV2ScanRelation) p).scan();
+      out.add(scan);
+      HtapScan absorber = scan.absorbedBy();
+      if (absorber != null && out.stream().noneMatch(s -> s == absorber)) out.add(absorber);
     }
     scala.collection.Iterator<LogicalPlan> it = p.children().iterator();
     while (it.hasNext()) {

@@ -1,0 +1,129 @@
+package io.sparkhtap;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.WeakHashMap;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import org.apache.spark.sql.catalyst.expressions.And;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.ReturnAnswer;
+import org.apache.spark.sql.connector.read.Statistics;
+import org.apache.spark.sql.execution.SparkPlan;
+import org.apache.spark.sql.execution.SparkStrategy;
+import org.apache.spark.sql.execution.FilterExec;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.StructType;
+
+import scala.collection.immutable.List$;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Whole-subtree pushdown: where DSv2 cannot carry a query (semi and anti joins from EXISTS / IN /
+ * NOT IN, aggregates between joins, scalar subqueries, filters above joins), the largest subtree
+ * of the optimized plan whose operators {@link SubtreeJson} translates exactly and whose leaves
+ * are HTAP scans of one catalog, source, option set and snapshot becomes ONE scan: one query
+ * (DuckDB over the replica, or the source's SQL on failover) at the query's one snapshot.
+ *
+ * <p>A planner strategy: the planner offers it the whole query first, then (for what another
+ * strategy planned) each child, so the first subtree it takes is the largest. It runs after
+ * {@link HtapSnapshotStrategy}, so the leaves already share the query's snapshot token, which
+ * the new scan takes over. A subtree of one scan is left alone (DSv2 already pushes into it,
+ * in parallel); the whole tree runs as one task. Off with {@code spark.htap.wholeQueryPushdown=false}.
+ */
+public class HtapSubtreeStrategy extends SparkStrategy {
+  static final String CONF = "spark.htap.wholeQueryPushdown";
+
+  /** The scan built for a subtree, kept so that planning the same plan again (EXPLAIN, AQE) reuses it. */
+  private static final Map<LogicalPlan, Absorbed> BUILT = Collections.synchronizedMap(new WeakHashMap<>());
+
+  /** The one scan of a subtree, and what Spark still filters above it (or null). */
+  static final class Absorbed {
+    final DataSourceV2ScanRelation scan;
+    final Expression residual;
+
+    Absorbed(DataSourceV2ScanRelation scan, Expression residual) {
+      this.scan = scan;
+      this.residual = residual;
+    }
+  }
+
+  @Override
+  public Seq<SparkPlan> apply(LogicalPlan plan) {
+    if (!SQLConf.get().getConfString(CONF, "true").trim().equalsIgnoreCase("true")) return List$.MODULE$.empty();
+    LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
+    if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
+    Absorbed done = BUILT.get(target);
+    if (done == null) {
+      done = absorb(target);
+      if (done == null) return List$.MODULE$.empty();
+      BUILT.put(target, done);
+    }
+    SparkPlan scan = planLater(done.scan);
+    SparkPlan top = done.residual == null ? scan : new FilterExec(done.residual, scan);
+    return CollectionConverters.asScala(List.<SparkPlan>of(top)).toList();
+  }
+
+  /**
+   * One scan for the whole of {@code plan}, or null. Filter conjuncts the tree cannot carry
+   * (a scalar subquery taking AVG, say) whose rows and columns reach the top unchanged are left
+   * to Spark, above the scan, instead of leaving the whole subtree (its joins) to Spark.
+   */
+  static Absorbed absorb(LogicalPlan plan) {
+    if (!HtapSnapshotStrategy.hasHtapScan(plan)) return null;
+    SubtreeJson t = new SubtreeJson();
+    ObjectNode json = t.translate(plan);
+    if (json == null || t.leaves.size() < 2) return null;
+    List<AttributeReference> output = new ArrayList<>();
+    StructType schema = new StructType();
+    for (Attribute a : CollectionConverters.asJava(plan.output())) {
+      if (!(a instanceof AttributeReference)) return null;
+      output.add((AttributeReference) a);
+      schema = schema.add(SubtreeJson.name(a), a.dataType(), true);
+    }
+    String pushed;
+    try {
+      pushed = PushedJson.MAPPER.writeValueAsString(json);
+    } catch (JsonProcessingException e) {
+      return null;
+    }
+    HtapScan first = (HtapScan) t.leaves.get(0).scan();
+    Map<String, String> options = new HashMap<>(first.catalogOptions());
+    options.put("pushed", pushed);
+    Set<String> tables = new LinkedHashSet<>();
+    long bytes = 0;
+    for (DataSourceV2ScanRelation r : t.leaves) {
+      HtapScan s = (HtapScan) r.scan();
+      tables.addAll(s.tableNames());
+      Statistics st = s.estimateStatistics();
+      bytes = bytes < 0 || !st.sizeInBytes().isPresent() ? -1 : bytes + st.sizeInBytes().getAsLong();
+    }
+    String description = "HtapScan " + String.join(", ", tables) + " [whole subtree pushed: "
+        + String.join(", ", new LinkedHashSet<>(t.operators)) + " over " + t.leaves.size()
+        + " scans" + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
+        + " query's one snapshot, and Spark cannot split a tree of joins, subqueries and aggregates by"
+        + " partitions] pushed=" + pushed;
+    HtapScan scan = new HtapScan(new ArrayList<>(tables), schema, options, description,
+        bytes < 0 ? null : new long[] {-1, Math.max(bytes, 1)}, false);
+    if (first.snapshotToken() != null) scan.setSnapshot(first.snapshotToken(), first.snapshotTables());
+    for (DataSourceV2ScanRelation r : t.leaves) ((HtapScan) r.scan()).absorbedBy(scan);
+    Expression residual = null;
+    for (Expression r : t.residuals) residual = residual == null ? r : new And(residual, r);
+    return new Absorbed(new DataSourceV2ScanRelation(t.leaves.get(0).relation(), scan,
+        CollectionConverters.asScala(output).toList(), DataSourceV2ScanRelation.$lessinit$greater$default$4(),
+        DataSourceV2ScanRelation.$lessinit$greater$default$5(), DataSourceV2ScanRelation.$lessinit$greater$default$6(),
+        DataSourceV2ScanRelation.$lessinit$greater$default$7()), residual);
+  }
+}

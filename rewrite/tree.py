@@ -1,0 +1,193 @@
+"""Render a pushed tree (htap.rewrite.subplan `tree`) as one SQL query, for DuckDB or a source.
+
+Each node becomes a SELECT over its children as derived tables; every column is named by the
+tree (Spark's expression ids, unique in the whole query), so nothing needs qualifying except the
+two sides of a join. A leaf is the scan's own rendered query (the caller's `leaf_query`),
+renamed positionally. Semi and anti joins are EXISTS / NOT EXISTS with the join's condition:
+Spark's null-aware anti join (NOT IN) arrives as `a = b OR (a = b) IS NULL`, which NOT EXISTS
+turns into exactly SQL's NOT IN semantics. Aggregates are cast to Spark's result type;
+uncorrelated scalar subqueries become `(SELECT ...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from sqlglot import exp
+
+from htap.rewrite import render
+from htap.rewrite.subplan import Expr, PushedSubplan, PushedTree, SortKey, SubplanError, TreeNode
+
+_AGGREGATES = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Max}
+_JOINS = {"inner": "inner", "left": "left", "right": "right", "full": "full", "cross": "cross"}
+
+
+def render_tree(tree: PushedTree, leaf_query: Callable[[int], exp.Select]) -> exp.Select:
+    """The whole tree as one query; `leaf_query(k)` is leaf k's own query (its outputs in order)."""
+    return _Renderer(tree, leaf_query).query(tree.root)
+
+
+def render_tree_over(subplan: PushedSubplan, relations: list, columns: list[list[str]]) -> exp.Select:
+    """A pushed tree over `relations[i]` (a table or a query), the rows of its i-th table read (`table_reads()`, with
+    that read's filters and columns applied; `columns[i]` its table's columns): each leaf is its
+    own subplan over its tables, the tree above them (htap.rewrite.tree)."""
+    tree = subplan.tree
+    positions = tree.leaf_reads()
+
+    def leaf_query(k: int) -> exp.Select:
+        leaf = tree.leaves[k].subplan
+        at = positions[k]
+        if leaf.join is not None:
+            return render.joined_select(leaf, [_relation(relations[i], render.table_alias(j)) for j, i in enumerate(at)])
+        # The relation already holds the table's rows after the leaf's filters (table_part):
+        # only the leaf's outputs, grouping, order and limit remain.
+        top = dataclasses.replace(leaf, filters=(), where=())
+        return render.select(top, _relation(relations[at[0]], render.table_alias(0)), columns[at[0]])
+
+    return render_tree(tree, leaf_query)
+
+
+def _relation(relation: exp.Expression, alias: str) -> exp.Expression:
+    if isinstance(relation, exp.Query):
+        return relation.copy().subquery(alias, copy=False)
+    return relation.copy().as_(alias, quoted=True)
+
+
+class _Renderer:
+    def __init__(self, tree: PushedTree, leaf_query: Callable[[int], exp.Select]):
+        self.tree = tree
+        self.leaf_query = leaf_query
+        self.aliases = 0
+
+    def alias(self) -> str:
+        self.aliases += 1
+        return f"q{self.aliases}"
+
+    def query(self, node: TreeNode) -> exp.Select:
+        op = node.op
+        if op == "scan":
+            inner = self.leaf_query(node.leaf)
+            names = inner.named_selects
+            if len(names) != len(node.output) or len(set(names)) != len(names) or not all(names):
+                raise SubplanError(f"leaf {node.leaf} has columns {names}, the tree expects {len(node.output)}")
+            return exp.select(*(_col(n).as_(o, quoted=True) for n, o in zip(names, node.output))).from_(
+                inner.subquery(self.alias(), copy=False), copy=False)
+        if op == "join":
+            return self.join(node)
+        child = node.children[0]
+        source = self.query(child).subquery(self.alias(), copy=False)
+        if op == "project":
+            return _select([self.expr(e).as_(n, quoted=True) for n, e in node.exprs]).from_(source, copy=False)
+        if op == "filter":
+            q = _select([_col(c) for c in child.columns()]).from_(source, copy=False)
+            return q.where(exp.paren(self.expr(node.cond), copy=False), copy=False)
+        if op == "aggregate":
+            if not node.exprs:
+                raise SubplanError("a pushed tree aggregate has no output")
+            q = exp.select(*(self.expr(e).as_(n, quoted=True) for n, e in node.exprs)).from_(source, copy=False)
+            if node.group_by:
+                q = q.group_by(*(self.expr(g) for g in node.group_by), copy=False)
+            return q
+        q = _select([_col(c) for c in child.columns()]).from_(source, copy=False)
+        if node.keys:
+            q = q.order_by(*(self.ordered(k) for k in node.keys), copy=False)
+        if op == "limit":
+            q = q.limit(node.limit, copy=False)
+        return q
+
+    def join(self, node: TreeNode) -> exp.Select:
+        left, right = node.children
+        la, ra = self.alias(), self.alias()
+        sides = {c: la for c in left.columns()}
+        for c in right.columns():
+            if c in sides:
+                raise SubplanError(f"both sides of a pushed join have column {c!r}")
+            sides[c] = ra
+        lq = self.query(left).subquery(la, copy=False)
+        rq = self.query(right).subquery(ra, copy=False)
+        cond = None if node.cond is None else self.expr(node.cond, sides)
+        if node.join_type in ("semi", "anti"):
+            inner = exp.select(exp.Literal.number(1)).from_(rq, copy=False)
+            if cond is not None:
+                inner = inner.where(exp.paren(cond, copy=False), copy=False)
+            exists = exp.Exists(this=inner)
+            q = _select([_col(c, la) for c in left.columns()]).from_(lq, copy=False)
+            return q.where(exists if node.join_type == "semi" else exp.Not(this=exists), copy=False)
+        outputs = [_col(c, sides[c]) for c in node.columns()]
+        q = _select(outputs).from_(lq, copy=False)
+        if cond is None:
+            if node.join_type not in ("inner", "cross"):
+                raise SubplanError(f"a pushed {node.join_type} join has no condition")
+            return q.join(rq, join_type="cross", copy=False)
+        join_type = "inner" if node.join_type == "cross" else _JOINS[node.join_type]
+        return q.join(rq, on=exp.paren(cond, copy=False), join_type=join_type, copy=False)
+
+    def expr(self, e: Expr, sides: dict[str, str] | None = None) -> exp.Expression:
+        """A tree expression: render.expr, with aggregates and subqueries put in place of
+        placeholder columns (render.expr knows neither); `sides` qualifies a join condition's
+        columns (before the subqueries go in: their names are their own scope's)."""
+        slots: dict[str, exp.Expression] = {}
+        plain = self._placeholders(e, slots)
+        node = render.expr(plain)
+        if sides:
+            node = _qualified(node, sides)
+        if not slots:
+            return node
+
+        def fill(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column) and not n.table and n.name in slots:
+                return slots[n.name].copy()
+            return n
+
+        return node.transform(fill, copy=False)
+
+    def _placeholders(self, e: Expr, slots: dict[str, exp.Expression]) -> Expr:
+        if e.form == "agg":
+            name = f"__slot{len(slots)}_{id(slots)}"
+            slots[name] = self.aggregate(e)
+            return Expr.column(name, e.type)
+        if e.form == "subquery":
+            name = f"__slot{len(slots)}_{id(slots)}"
+            q = self.query(e.plan)
+            slots[name] = q.subquery(copy=False)
+            return Expr.column(name, e.type)
+        if not e.args:
+            return e
+        return dataclasses.replace(e, args=tuple(self._placeholders(a, slots) for a in e.args))
+
+    def aggregate(self, e: Expr) -> exp.Expression:
+        if e.name == "count_star":
+            return exp.Count(this=exp.Star())
+        arg = self.expr(e.args[0])
+        if e.distinct:
+            arg = exp.Distinct(expressions=[arg])
+        node = _AGGREGATES[e.name](this=arg)
+        if e.name == "sum":  # Spark's result type (DECIMAL(p + 10, s), BIGINT, DOUBLE)
+            return exp.Cast(this=node, to=render.sql_type(e.type))
+        return node
+
+    def ordered(self, k: SortKey) -> exp.Ordered:
+        return exp.Ordered(this=self.expr(k.expr), desc=not k.asc, nulls_first=k.nulls_first)
+
+
+def _select(outputs: list[exp.Expression]) -> exp.Select:
+    """SELECT the outputs; a node Spark needs only the rows of (`count(*)` above a join) selects
+    a constant, as no SQL dialect selects nothing."""
+    return exp.select(*outputs) if outputs else exp.select(exp.Literal.number(1).as_("__row", quoted=True))
+
+
+def _col(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(name, table=table, quoted=True)
+
+
+def _qualified(node: exp.Expression, sides: dict[str, str]) -> exp.Expression:
+    """Columns of a join condition qualified by their side's alias (a correlated EXISTS must
+    not resolve a name to the wrong scope)."""
+
+    def qualify(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and n.name in sides:
+            return _col(n.name, sides[n.name])
+        return n
+
+    return node.transform(qualify, copy=False)
