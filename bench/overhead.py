@@ -149,6 +149,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--work", type=Path, default=Path(__file__).parent / ".work" / "overhead")
+    p.add_argument("--idle", type=float, default=70,
+                   help="seconds without queries before the cold point lookup (Spark ends Python workers idle 60 s); 0: skip")
     args = p.parse_args()
 
     import duckdb
@@ -182,7 +184,9 @@ def main() -> None:
             t0 = time.perf_counter()
             df = spark.sql(sql)  # analysis: the catalog's loadTable per table
             t1 = time.perf_counter()
-            df._jdf.queryExecution().executedPlan()  # optimizer + the scans' Python planning
+            # optimizer and physical planning: the scans' Python planning too when Spark asks
+            # for their partitions here (else it runs at execution)
+            df._jdf.queryExecution().executedPlan()
             t2 = time.perf_counter()
             df.collect()  # the tasks
             t3 = time.perf_counter()
@@ -223,6 +227,11 @@ def main() -> None:
                 lambda: by_format.option("table", "public.t").load().schema, args.rounds),
             "one Python task (parallelize.map.collect)": median_s(spark_task, args.rounds),
         }
+        if args.idle:
+            progress(f"{args.idle:.0f} s without queries, then one point lookup")
+            time.sleep(args.idle)
+            cold = htap_phases(QUERIES["point lookup"].format(t="ovh.public.t t"))
+            queries["point lookup after idle (new Python workers)"] = {f"htap {k} s": round(v, 4) for k, v in cold.items()}
         spark.stop()
     finally:
         service.terminate()
