@@ -144,6 +144,9 @@ def test_tpch_queries_agree_with_the_strategy_off(workspace, spark, catalog, tpc
             assert "Join" not in physical and any("whole subtree pushed" in s for s in scans), (n, plan)
             # Q22's scalar subquery takes AVG, whose decimal rounding stays Spark's: a scan of its own.
             assert len(scans) == (2 if n == 22 else 1), (n, plan)
+            # ... and that scan reads at the query's one snapshot, the token the tree scan took over.
+            tokens = {line.rsplit("snapshot=", 1)[1].split()[0] for line in scans}
+            assert len(tokens) == 1, (n, plan)
         got = _run(spark, q, ordered, on=True)
         assert got == _run(spark, q, ordered, on=False), n
     print(f"TPC-H queries with a subtree pushed ({route}): {pushed}")
