@@ -18,6 +18,7 @@ import org.apache.spark.sql.catalyst.expressions.Alias;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference$;
+import org.apache.spark.sql.catalyst.expressions.Cast;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Like;
 import org.apache.spark.sql.catalyst.expressions.Literal;
@@ -284,7 +285,8 @@ final class SubtreeJson {
   private ArrayNode named(List<? extends NamedExpression> list, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
     ArrayNode out = PushedJson.MAPPER.createArrayNode();
     for (NamedExpression ne : list) {
-      Expression e = ne instanceof Alias ? ((Alias) ne).child() : (Expression) ne;
+      Expression e = (Expression) ne;
+      while (e instanceof Alias) e = ((Alias) e).child();  // `x AS a AS b` (a CTE's renamed column)
       if (!(ne instanceof Alias) && !(ne instanceof AttributeReference)) return null;
       ObjectNode t = expr(e, input, false, aggregates);
       if (t == null) return null;
@@ -326,7 +328,7 @@ final class SubtreeJson {
       @Override
       public boolean isDefinedAt(Expression x) {
         return x instanceof AttributeReference || x instanceof AggregateExpression || x instanceof ScalarSubquery
-            || x instanceof Like;
+            || x instanceof Like || narrowing(x);
       }
 
       @Override
@@ -338,7 +340,8 @@ final class SubtreeJson {
         if (!isDefinedAt(x)) return fallback.apply(x);
         ObjectNode slot = x instanceof AggregateExpression
             ? (aggregates ? aggregate((AggregateExpression) x, input) : null)
-            : x instanceof Like ? like((Like) x, input) : subquery((ScalarSubquery) x);
+            : x instanceof Like ? like((Like) x, input)
+            : x instanceof ScalarSubquery ? subquery((ScalarSubquery) x) : narrowed((Cast) x, input);
         if (slot == null) {
           failed[0] = true;
           @SuppressWarnings("unchecked") B1 r = (B1) x;
@@ -443,6 +446,29 @@ final class SubtreeJson {
     ArrayNode args = n.putArray("args");
     args.add(arg);
     args.addObject().put("type", "string").putObject("lit").put("type", "string").put("value", text);
+    return n;
+  }
+
+  /**
+   * A cast of a DECIMAL to fewer integer digits at the same scale, as Spark puts on a pushed
+   * partial SUM before its final SUM: exact when the value fits; when it does not, ANSI Spark
+   * raises and so do the targets (only under ANSI mode).
+   */
+  private boolean narrowing(Expression x) {
+    if (!(x instanceof Cast) || !ansi) return false;
+    DataType from = ((Cast) x).child().dataType();
+    DataType to = x.dataType();
+    return from instanceof DecimalType && to instanceof DecimalType
+        && ((DecimalType) from).scale() == ((DecimalType) to).scale()
+        && ((DecimalType) from).precision() > ((DecimalType) to).precision();
+  }
+
+  private ObjectNode narrowed(Cast c, scala.collection.immutable.Seq<Attribute> input) {
+    ObjectNode arg = expr(c.child(), input, false, false);
+    if (arg == null) return null;
+    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    n.put("op", "cast").put("type", c.dataType().catalogString());
+    n.putArray("args").add(arg);
     return n;
   }
 
