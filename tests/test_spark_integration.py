@@ -3,6 +3,7 @@ through spark.sql only."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -196,9 +197,14 @@ def test_a_query_reads_all_its_htap_tables_at_one_snapshot_while_a_writer_runs(w
     spark.conf.set("spark.sql.optimizer.datasourceV2JoinPushdown", "false")
     try:
         plan = spark.sql("EXPLAIN " + joined).collect()[0][0]
+        assert plan.count("snapshot=") == 1 and "whole subtree pushed" in plan, plan  # the subtree strategy joins them
+        spark.conf.set("spark.htap.wholeQueryPushdown", "false")
+        plan = spark.sql("EXPLAIN " + joined).collect()[0][0]
     finally:
         spark.conf.set("spark.sql.optimizer.datasourceV2JoinPushdown", "true")
-    assert plan.count("snapshot=") == 2, plan  # without join pushdown: two scans, one snapshot token
+        spark.conf.unset("spark.htap.wholeQueryPushdown")
+    assert plan.count("snapshot=") == 2, plan  # neither pushdown: two scans, one snapshot token
+    assert len(set(re.findall(r"snapshot=(\S+)", plan))) == 1, plan
 
 
 def test_system_tables_show_state_and_the_last_routing_decision(workspace, spark, catalog, orders):
