@@ -261,9 +261,9 @@ def run(args: argparse.Namespace, started: float) -> int:
         log("Spark: starting one local session with the catalog shim and the PostgreSQL JDBC driver")
         spark, spark_conf = spark_session(replica.config, jdbc, args.driver_memory, args.shuffle_partitions,
                                           need_jdbc="jdbc" in args.systems)
-        if args.no_subtree_pushdown:
-            spark.conf.set("spark.htap.wholeQueryPushdown", "false")
-            spark_conf = {**spark_conf, "spark.htap.wholeQueryPushdown": "false"}
+        subtree = "false" if args.no_subtree_pushdown else "true"  # on for the bench: its data is never updated
+        spark.conf.set("spark.htap.wholeQueryPushdown", subtree)
+        spark_conf = {**spark_conf, "spark.htap.wholeQueryPushdown": subtree}
         if parquet_files and "parquet" in args.systems:
             register_parquet(spark, parquet_files)
         duck = duckdb_connection(parquet_files, os.cpu_count()) if "duckdb" in args.systems else None

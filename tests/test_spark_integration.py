@@ -196,6 +196,7 @@ def test_a_query_reads_all_its_htap_tables_at_one_snapshot_while_a_writer_runs(w
     assert plan.count("snapshot=") == 1 and "joined inside the scan" in plan, plan  # one scan reads both
     spark.conf.set("spark.sql.optimizer.datasourceV2JoinPushdown", "false")
     try:
+        spark.conf.set("spark.htap.wholeQueryPushdown", "true")
         plan = spark.sql("EXPLAIN " + joined).collect()[0][0]
         assert plan.count("snapshot=") == 1 and "whole subtree pushed" in plan, plan  # the subtree strategy joins them
         spark.conf.set("spark.htap.wholeQueryPushdown", "false")

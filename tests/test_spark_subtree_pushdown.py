@@ -23,12 +23,17 @@ def _run(spark, query: str, ordered: bool, on: bool):
     try:
         rows = spark.sql(query).collect()
     finally:
-        spark.conf.set(CONF, "true")
+        spark.conf.unset(CONF)
     return [tuple(r) for r in rows] if ordered else normalized(rows)
 
 
 def _plan(spark, query: str) -> str:
-    return spark.sql("EXPLAIN " + query).collect()[0][0]
+    """EXPLAIN with the strategy on (it is off by default)."""
+    spark.conf.set(CONF, "true")
+    try:
+        return spark.sql("EXPLAIN " + query).collect()[0][0]
+    finally:
+        spark.conf.unset(CONF)
 
 
 @pytest.fixture

@@ -41,7 +41,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * strategy planned) each child, so the first subtree it takes is the largest. It runs after
  * {@link HtapSnapshotStrategy}, so the leaves already share the query's snapshot token, which
  * the new scan takes over. A subtree of one scan is left alone (DSv2 already pushes into it,
- * in parallel); the whole tree runs as one task. Off with {@code spark.htap.wholeQueryPushdown=false}.
+ * in parallel); the whole tree runs as one task. On with {@code spark.htap.wholeQueryPushdown=true}: off by
+ * default, because a pushed TPC-H Q4 gave wrong counts on the replica after updates and deletes
+ * (tests/test_cluster_tpch.py, see the README's Status) and the cause is not found yet.
  */
 public class HtapSubtreeStrategy extends SparkStrategy {
   static final String CONF = "spark.htap.wholeQueryPushdown";
@@ -62,7 +64,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
 
   @Override
   public Seq<SparkPlan> apply(LogicalPlan plan) {
-    if (!SQLConf.get().getConfString(CONF, "true").trim().equalsIgnoreCase("true")) return List$.MODULE$.empty();
+    if (!SQLConf.get().getConfString(CONF, "false").trim().equalsIgnoreCase("true")) return List$.MODULE$.empty();
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
     Absorbed done = BUILT.get(target);
