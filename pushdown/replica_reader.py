@@ -141,7 +141,7 @@ def partition_query(
             # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
             wanted = subplan.referenced_columns()
             needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
-            visible = dv.visible_source(con, root, delta_paths, seq, needed)
+            visible = dv.visible_source(con, root, delta_paths, seq, needed, name)
             if visible is not None:
                 try:
                     con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {visible}")  # this cursor's own

@@ -244,13 +244,16 @@ def _trusted(con, root: Path, paths: list[str]) -> list[str] | None:
     return [sidecar(r) for r, _ in sides]
 
 
-def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[str]) -> str | None:
+def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[str], name: str = "__dv") -> str | None:
     """A relation (SQL) of the partition's versions that no newer version at or below `seq`
     supersedes — `columns`, `_seq` and `_op`: per delta, a scan of the file positionally joined
     with a boolean `keep` column built from its entries at or below `seq` (no hashing, no per-key
     work; DuckDB never pushes a filter below a positional join, so the rows stay aligned). The
     caller still filters `_seq <= seq`, the truncation floor and `_op`. None when some delta has
-    no trustworthy deletion vectors (the caller then merges). Registers the masks on `con`."""
+    no trustworthy deletion vectors (the caller then merges). Registers the masks on `con` as
+    `<name>_keep_<i>`: `name` must be unique among the partition reads of one query on `con` (a
+    joined scan reads several tables' partitions on one cursor, and its views are only evaluated
+    at the end: a shared name would give every partition the last one's masks)."""
     sides = _trusted(con, root, paths)
     if sides is None:
         return None
@@ -276,6 +279,6 @@ def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[st
             continue
         keep = np.ones(pq.read_metadata(root / rel).num_rows, dtype=bool)
         keep[rows] = False
-        con.register(f"__keep_{i}", pa.table({"__keep": keep}))
-        parts.append(f"SELECT {cols} FROM (SELECT * FROM read_parquet({f}) POSITIONAL JOIN __keep_{i}) WHERE __keep")
+        con.register(f"{name}_keep_{i}", pa.table({"__keep": keep}))
+        parts.append(f"SELECT {cols} FROM (SELECT * FROM read_parquet({f}) POSITIONAL JOIN {name}_keep_{i}) WHERE __keep")
     return "(" + " UNION ALL ".join(parts) + ")"
