@@ -19,7 +19,10 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference$;
 import org.apache.spark.sql.catalyst.expressions.Cast;
+import org.apache.spark.sql.catalyst.expressions.DecimalDivideWithOverflowCheck;
+import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.If;
 import org.apache.spark.sql.catalyst.expressions.Like;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -28,6 +31,7 @@ import org.apache.spark.sql.catalyst.expressions.ScalarSubquery;
 import org.apache.spark.sql.catalyst.expressions.SortOrder;
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression;
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateFunction;
+import org.apache.spark.sql.catalyst.expressions.aggregate.Average;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Complete$;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Count;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Max;
@@ -395,10 +399,11 @@ final class SubtreeJson {
     }
   }
 
-  /** SUM / COUNT / MIN / MAX (DISTINCT too), no FILTER clause, in Spark's result type. */
+  /** SUM / COUNT / MIN / MAX / AVG (DISTINCT too), no FILTER clause, in Spark's result type. */
   private ObjectNode aggregate(AggregateExpression a, scala.collection.immutable.Seq<Attribute> input) {
     if (a.filter().isDefined() || a.mode() != Complete$.MODULE$) return null;
     AggregateFunction f = a.aggregateFunction();
+    if (f instanceof Average) return average(a, (Average) f, input);
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
     List<Expression> args = CollectionConverters.asJava(f.children());
     if (f instanceof Sum) {
@@ -414,12 +419,72 @@ final class SubtreeJson {
       if (!orderable(args.get(0).dataType())) return null;
       n.put("agg", f instanceof Min ? "min" : "max");
     } else {
-      return null;  // AVG and the rest: Spark's rounding is its own
+      return null;  // the rest: Spark's semantics are its own
     }
     ObjectNode arg = expr(args.get(0), input, false, false);
     if (arg == null) return null;
     n.put("distinct", a.isDistinct()).put("type", f.dataType().catalogString());
     n.putArray("args").add(arg);
+    return n;
+  }
+
+  /**
+   * AVG over a DECIMAL(p, s) as what Spark itself evaluates for it (its evaluateExpression over
+   * its sum and count buffers): {@code if (count = 0) null else
+   * DecimalDivideWithOverflowCheck(sum, cast(count as decimal(20,0)), decimal(p+4, s+4))}, the
+   * sum exact in DECIMAL(p+10, s). That divide is Decimal's {@code /} (BigDecimal.divide at scale
+   * 39, rounding DOWN) then toPrecision(HALF_UP) at the result's scale; truncating at 39 digits
+   * keeps every digit the HALF_UP decision at a scale <= 38 looks at, so the result is the exact
+   * quotient rounded HALF_UP (away from zero) once: the JSON "/" (htap.rewrite.tree renders it as
+   * exact integer arithmetic). Its zero divisor gives NULL, as the {@code if} does for no rows.
+   * Only when p + 4 <= 38: an average is no larger than the largest value, so neither rounding
+   * can overflow the result type (above, bounded() cuts integer digits and Spark's overflow
+   * handling would matter). Spark's evaluateExpression is checked to have exactly this shape, so a
+   * Spark whose AVG computes differently keeps AVG to itself. Inputs of other types (an average
+   * of integers is a DOUBLE sum divided in floating point) and decimals that Spark's
+   * DecimalAggregates rule already turned into a DOUBLE average (p + 4 <= 15) stay in Spark.
+   */
+  private ObjectNode average(AggregateExpression a, Average f, scala.collection.immutable.Seq<Attribute> input) {
+    if (!(f.child().dataType() instanceof DecimalType) || !(f.dataType() instanceof DecimalType)) return null;
+    DecimalType in = (DecimalType) f.child().dataType();
+    DecimalType result = (DecimalType) f.dataType();
+    if (in.precision() + 4 > DecimalType.MAX_PRECISION()) return null;
+    Expression eval = f.evaluateExpression();
+    if (!(eval instanceof If)) return null;
+    If cond = (If) eval;
+    if (!(cond.predicate() instanceof EqualTo) || !(cond.trueValue() instanceof Literal)
+        || ((Literal) cond.trueValue()).value() != null || !(cond.falseValue() instanceof DecimalDivideWithOverflowCheck)) {
+      return null;
+    }
+    EqualTo none = (EqualTo) cond.predicate();
+    if (!none.left().semanticEquals(f.count()) || !(none.right() instanceof Literal)
+        || !Long.valueOf(0L).equals(((Literal) none.right()).value())) {
+      return null;
+    }
+    DecimalDivideWithOverflowCheck div = (DecimalDivideWithOverflowCheck) cond.falseValue();
+    if (!div.left().semanticEquals(f.sum()) || !(div.right() instanceof Cast) || !div.dataType().equals(result)) return null;
+    Cast counted = (Cast) div.right();
+    if (!counted.child().semanticEquals(f.count()) || !(counted.dataType() instanceof DecimalType)) return null;
+    DataType sumType = f.sumDataType();
+    if (!(sumType instanceof DecimalType) || ((DecimalType) sumType).scale() != in.scale()
+        || ((DecimalType) counted.dataType()).scale() != 0) {
+      return null;
+    }
+    ObjectNode arg = expr(f.child(), input, false, false);
+    if (arg == null) return null;
+    ObjectNode sum = PushedJson.MAPPER.createObjectNode();
+    sum.put("agg", "sum").put("distinct", a.isDistinct()).put("type", sumType.catalogString());
+    sum.putArray("args").add(arg);
+    ObjectNode count = PushedJson.MAPPER.createObjectNode();
+    count.put("agg", "count").put("distinct", a.isDistinct()).put("type", "bigint");
+    count.putArray("args").add(arg.deepCopy());
+    ObjectNode cast = PushedJson.MAPPER.createObjectNode();
+    cast.put("op", "cast").put("type", counted.dataType().catalogString());
+    cast.putArray("args").add(count);
+    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    n.put("op", "/").put("type", result.catalogString());
+    n.putArray("args").add(sum).add(cast);
+    operators.add("AVG");
     return n;
   }
 
