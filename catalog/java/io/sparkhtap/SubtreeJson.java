@@ -20,9 +20,7 @@ import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference$;
 import org.apache.spark.sql.catalyst.expressions.Cast;
 import org.apache.spark.sql.catalyst.expressions.DecimalDivideWithOverflowCheck;
-import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.If;
 import org.apache.spark.sql.catalyst.expressions.Like;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -332,7 +330,7 @@ final class SubtreeJson {
       @Override
       public boolean isDefinedAt(Expression x) {
         return x instanceof AttributeReference || x instanceof AggregateExpression || x instanceof ScalarSubquery
-            || x instanceof Like || narrowing(x);
+            || x instanceof Like || x instanceof DecimalDivideWithOverflowCheck || narrowing(x);
       }
 
       @Override
@@ -345,7 +343,8 @@ final class SubtreeJson {
         ObjectNode slot = x instanceof AggregateExpression
             ? (aggregates ? aggregate((AggregateExpression) x, input) : null)
             : x instanceof Like ? like((Like) x, input)
-            : x instanceof ScalarSubquery ? subquery((ScalarSubquery) x) : narrowed((Cast) x, input);
+            : x instanceof DecimalDivideWithOverflowCheck ? divide((DecimalDivideWithOverflowCheck) x, input, aggregates)
+            : x instanceof ScalarSubquery ? subquery((ScalarSubquery) x) : narrowed((Cast) x, input, aggregates);
         if (slot == null) {
           failed[0] = true;
           @SuppressWarnings("unchecked") B1 r = (B1) x;
@@ -429,61 +428,61 @@ final class SubtreeJson {
   }
 
   /**
-   * AVG over a DECIMAL(p, s) as what Spark itself evaluates for it (its evaluateExpression over
-   * its sum and count buffers): {@code if (count = 0) null else
-   * DecimalDivideWithOverflowCheck(sum, cast(count as decimal(20,0)), decimal(p+4, s+4))}, the
-   * sum exact in DECIMAL(p+10, s). That divide is Decimal's {@code /} (BigDecimal.divide at scale
-   * 39, rounding DOWN) then toPrecision(HALF_UP) at the result's scale; truncating at 39 digits
-   * keeps every digit the HALF_UP decision at a scale <= 38 looks at, so the result is the exact
-   * quotient rounded HALF_UP (away from zero) once: the JSON "/" (htap.rewrite.tree renders it as
-   * exact integer arithmetic). Its zero divisor gives NULL, as the {@code if} does for no rows.
-   * Only when p + 4 <= 38: an average is no larger than the largest value, so neither rounding
-   * can overflow the result type (above, bounded() cuts integer digits and Spark's overflow
-   * handling would matter). Spark's evaluateExpression is checked to have exactly this shape, so a
-   * Spark whose AVG computes differently keeps AVG to itself. Inputs of other types (an average
-   * of integers is a DOUBLE sum divided in floating point) and decimals that Spark's
-   * DecimalAggregates rule already turned into a DOUBLE average (p + 4 <= 15) stay in Spark.
+   * AVG over decimals as what Spark itself evaluates for it: its evaluateExpression with its sum
+   * and count buffers replaced by SUM and COUNT of the same input, i.e. {@code if (count = 0)
+   * null else DecimalDivideWithOverflowCheck(sum, cast(count as decimal(20,0)), decimal(p+4,
+   * s+4))}, translated like any expression ({@link #divide}). Whatever else Spark evaluates (an
+   * average of integers or doubles is a DOUBLE sum, whose rounding depends on the order rows
+   * are added in) has no translation and stays in Spark, as do decimals that Spark's
+   * DecimalAggregates rule already turned into a DOUBLE average (p + 4 <= 15).
    */
   private ObjectNode average(AggregateExpression a, Average f, scala.collection.immutable.Seq<Attribute> input) {
-    if (!(f.child().dataType() instanceof DecimalType) || !(f.dataType() instanceof DecimalType)) return null;
-    DecimalType in = (DecimalType) f.child().dataType();
-    DecimalType result = (DecimalType) f.dataType();
-    if (in.precision() + 4 > DecimalType.MAX_PRECISION()) return null;
-    Expression eval = f.evaluateExpression();
-    if (!(eval instanceof If)) return null;
-    If cond = (If) eval;
-    if (!(cond.predicate() instanceof EqualTo) || !(cond.trueValue() instanceof Literal)
-        || ((Literal) cond.trueValue()).value() != null || !(cond.falseValue() instanceof DecimalDivideWithOverflowCheck)) {
-      return null;
-    }
-    EqualTo none = (EqualTo) cond.predicate();
-    if (!none.left().semanticEquals(f.count()) || !(none.right() instanceof Literal)
-        || !Long.valueOf(0L).equals(((Literal) none.right()).value())) {
-      return null;
-    }
-    DecimalDivideWithOverflowCheck div = (DecimalDivideWithOverflowCheck) cond.falseValue();
-    if (!div.left().semanticEquals(f.sum()) || !(div.right() instanceof Cast) || !div.dataType().equals(result)) return null;
-    Cast counted = (Cast) div.right();
-    if (!counted.child().semanticEquals(f.count()) || !(counted.dataType() instanceof DecimalType)) return null;
-    DataType sumType = f.sumDataType();
-    if (!(sumType instanceof DecimalType) || ((DecimalType) sumType).scale() != in.scale()
-        || ((DecimalType) counted.dataType()).scale() != 0) {
-      return null;
-    }
-    ObjectNode arg = expr(f.child(), input, false, false);
-    if (arg == null) return null;
-    ObjectNode sum = PushedJson.MAPPER.createObjectNode();
-    sum.put("agg", "sum").put("distinct", a.isDistinct()).put("type", sumType.catalogString());
-    sum.putArray("args").add(arg);
-    ObjectNode count = PushedJson.MAPPER.createObjectNode();
-    count.put("agg", "count").put("distinct", a.isDistinct()).put("type", "bigint");
-    count.putArray("args").add(arg.deepCopy());
-    ObjectNode cast = PushedJson.MAPPER.createObjectNode();
-    cast.put("op", "cast").put("type", counted.dataType().catalogString());
-    cast.putArray("args").add(count);
+    if (!(f.child().dataType() instanceof DecimalType)) return null;
+    AggregateExpression sum = new Sum(f.child()).toAggregateExpression(a.isDistinct(), scala.Option.empty());
+    AggregateExpression count = new Count(CollectionConverters.asScala(List.of(f.child())).toList())
+        .toAggregateExpression(a.isDistinct(), scala.Option.empty());
+    if (!sum.dataType().equals(f.sum().dataType()) || !count.dataType().equals(f.count().dataType())) return null;
+    Expression eval = f.evaluateExpression().transformDown(new AbstractPartialFunction<Expression, Expression>() {
+      @Override
+      public boolean isDefinedAt(Expression x) {
+        return x.semanticEquals(f.sum()) || x.semanticEquals(f.count());
+      }
+
+      @Override
+      public <A1 extends Expression, B1> B1 applyOrElse(A1 x, scala.Function1<A1, B1> fallback) {
+        if (!isDefinedAt(x)) return fallback.apply(x);
+        @SuppressWarnings("unchecked") B1 r = (B1) (x.semanticEquals(f.sum()) ? sum : count);
+        return r;
+      }
+    });
+    if (!eval.dataType().equals(f.dataType())) return null;
+    return expr(eval, input, false, true);
+  }
+
+  /**
+   * Spark's division of an average's decimal sum by its count (Average's evaluateExpression, and
+   * V2ScanRelationPushDown's rewrite of an AVG it pushed as SUM and COUNT: nothing else makes a
+   * DecimalDivideWithOverflowCheck). It is Decimal's {@code /} (BigDecimal.divide at scale 39,
+   * rounding DOWN) then toPrecision(HALF_UP) at the result's scale; truncating at 39 digits keeps
+   * every digit the HALF_UP decision at a scale <= 38 looks at, so the result is the exact
+   * quotient rounded HALF_UP (ties away from zero) once: the JSON "/" (htap.rewrite.tree renders
+   * it as exact integer arithmetic), NULL for a zero divisor as Spark's {@code if (count = 0)}.
+   * Only for a sum of DECIMAL(p + 10, s) divided to DECIMAL(p + 4, s + 4) (so p <= 28; no bound
+   * cut either type): an average is no larger than its largest value, so the result cannot
+   * overflow and Spark's overflow handling never comes into play.
+   */
+  private ObjectNode divide(DecimalDivideWithOverflowCheck d, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
+    if (!(d.left().dataType() instanceof DecimalType) || !(d.right().dataType() instanceof DecimalType)) return null;
+    DecimalType sum = (DecimalType) d.left().dataType();
+    DecimalType count = (DecimalType) d.right().dataType();
+    DecimalType result = d.dataType();
+    if (count.scale() != 0 || result.scale() != sum.scale() + 4 || result.precision() + 6 != sum.precision()) return null;
+    ObjectNode left = expr(d.left(), input, false, aggregates);
+    ObjectNode right = left == null ? null : expr(d.right(), input, false, aggregates);
+    if (right == null) return null;
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
     n.put("op", "/").put("type", result.catalogString());
-    n.putArray("args").add(sum).add(cast);
+    n.putArray("args").add(left).add(right);
     operators.add("AVG");
     return n;
   }
@@ -516,7 +515,7 @@ final class SubtreeJson {
 
   /**
    * A cast of a DECIMAL to fewer integer digits at the same scale, as Spark puts on a pushed
-   * partial SUM before its final SUM: exact when the value fits; when it does not, ANSI Spark
+   * partial SUM before its final SUM (and on the final SUM of a pushed AVG's partial sums): exact when the value fits; when it does not, ANSI Spark
    * raises and so do the targets (only under ANSI mode).
    */
   private boolean narrowing(Expression x) {
@@ -528,8 +527,8 @@ final class SubtreeJson {
         && ((DecimalType) from).precision() > ((DecimalType) to).precision();
   }
 
-  private ObjectNode narrowed(Cast c, scala.collection.immutable.Seq<Attribute> input) {
-    ObjectNode arg = expr(c.child(), input, false, false);
+  private ObjectNode narrowed(Cast c, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
+    ObjectNode arg = expr(c.child(), input, false, aggregates);
     if (arg == null) return null;
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
     n.put("op", "cast").put("type", c.dataType().catalogString());
