@@ -106,9 +106,8 @@ def spark_conf(catalog: str, config_path: str | os.PathLike, source: str | None 
         "spark.sql.optimizer.datasourceV2JoinPushdown": "true",
         # Where DSv2 cannot carry a query (semi/anti joins from EXISTS / IN / NOT IN, aggregates
         # between joins, scalar subqueries), a whole subtree over HTAP tables of one source and
-        # snapshot becomes one scan (io.sparkhtap.HtapSubtreeStrategy). Off by default until the
-        # whole test suite has run with it on (see the README's Status); "true" turns it on.
-        "spark.htap.wholeQueryPushdown": "false",
+        # snapshot becomes one scan (io.sparkhtap.HtapSubtreeStrategy); "false" turns it off.
+        "spark.htap.wholeQueryPushdown": "true",
         # Executors and the planning worker must run a Python that has spark-htap installed.
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,

@@ -244,7 +244,7 @@ def _trusted(con, root: Path, paths: list[str]) -> list[str] | None:
     return [sidecar(r) for r, _ in sides]
 
 
-def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[str], name: str = "__dv") -> str | None:
+def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[str], name: str) -> str | None:
     """A relation (SQL) of the partition's versions that no newer version at or below `seq`
     supersedes — `columns`, `_seq` and `_op`: per delta, a scan of the file positionally joined
     with a boolean `keep` column built from its entries at or below `seq` (no hashing, no per-key

@@ -44,7 +44,7 @@ def dv_rows(table: DirectTable, seq: int) -> list[tuple] | None:
         names = table.table.arrow_schema.names
         con = engine.cursor()
         try:
-            source = dv.visible_source(con, table.warehouse, list(plan.delta_paths), seq, names)
+            source = dv.visible_source(con, table.warehouse, list(plan.delta_paths), seq, names, "__dv")
             if source is None:
                 return None
             floor = f" AND _seq >= {plan.floor}" if plan.floor is not None else ""

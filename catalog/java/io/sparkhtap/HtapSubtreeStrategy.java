@@ -41,9 +41,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * strategy planned) each child, so the first subtree it takes is the largest. It runs after
  * {@link HtapSnapshotStrategy}, so the leaves already share the query's snapshot token, which
  * the new scan takes over. A subtree of one scan is left alone (DSv2 already pushes into it,
- * in parallel); the whole tree runs as one task. On with {@code spark.htap.wholeQueryPushdown=true}: off by
- * default until the whole test suite has run with it on (a pushed TPC-H Q4 once gave wrong counts
- * after updates and deletes: deletion-vector masks of several partitions shared one name).
+ * in parallel); the whole tree runs as one task. On by default; {@code
+ * spark.htap.wholeQueryPushdown=false} turns it off (each scan is then planned on its own, joins
+ * pushed through DSv2 where Spark offers them).
  */
 public class HtapSubtreeStrategy extends SparkStrategy {
   static final String CONF = "spark.htap.wholeQueryPushdown";
@@ -64,7 +64,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
 
   @Override
   public Seq<SparkPlan> apply(LogicalPlan plan) {
-    if (!SQLConf.get().getConfString(CONF, "false").trim().equalsIgnoreCase("true")) return List$.MODULE$.empty();
+    if (!SQLConf.get().getConfString(CONF, "true").trim().equalsIgnoreCase("true")) return List$.MODULE$.empty();
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
     Absorbed done = BUILT.get(target);
