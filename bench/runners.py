@@ -30,7 +30,7 @@ from bench import data
 from bench.data import log
 from bench.queries import query_text
 
-SYSTEMS = ("htap", "jdbc", "parquet", "duckdb")
+SYSTEMS = ("htap", "jdbc", "jdbc-join", "parquet", "duckdb")  # jdbc-join: JDBC with Spark's join pushdown on
 JOIN_PUSHDOWN = "spark.sql.optimizer.datasourceV2JoinPushdown"
 HTAP_CATALOG = "htap_tpch"
 HTAP_SOURCE = "bench_tpch"  # slot and publication: htap_bench_tpch
