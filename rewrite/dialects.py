@@ -12,6 +12,12 @@ MySQL/MariaDB:
   "never" is `d <> d` (both NULL for a NULL `d`); null-safe equality is plainly FALSE.
 - A timestamp literal is its UTC wall time as DATETIME(6) (sessions run in UTC; MySQL's
   `TIMESTAMP('...+00:00')` and a bare DATETIME cast would drop the offset or the microseconds).
+
+Integer arithmetic of exact decimal division (htap.rewrite.tree `divide`, INT128 for DuckDB):
+- Postgres: INT128 is NUMERIC (exact, unbounded); its DIV truncates toward zero, as `//` does.
+- MySQL/MariaDB: INT128 is DECIMAL(65, 0); `a DIV b` converts to BIGINT, so the integer
+  quotient is `(a - MOD(a, b)) / b`, a division with no remainder (exact at any scale; MOD of
+  DECIMALs is exact).
 """
 
 from __future__ import annotations
@@ -58,10 +64,35 @@ def _mysql(node: exp.Expression) -> exp.Expression:
     return node
 
 
+_INTEGERS = {"postgres": "DECIMAL", "mysql": "DECIMAL(65, 0)"}  # what INT128 is spelled as
+
+
+def _integers(query: exp.Expression, dialect: str) -> exp.Expression:
+    """INT128 casts as the dialect's exact integer type, then MySQL's integer division spelled out."""
+    integer = exp.DataType.build(_INTEGERS[dialect], dialect=dialect)
+
+    def cast(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.INT128):
+            return exp.Cast(this=node.this, to=integer.copy())
+        return node
+
+    query = query.transform(cast)
+    if dialect == "mysql":  # innermost first: a spelled-out division copies its operands
+        for node in sorted(query.find_all(exp.IntDiv), key=lambda n: -n.depth):
+            a, b = node.this, node.expression
+            remainder = exp.Mod(this=a.copy(), expression=b.copy())
+            exact = exp.Sub(this=exp.paren(a.copy(), copy=False), expression=exp.paren(remainder, copy=False))
+            node.replace(exp.paren(exp.Div(this=exp.paren(exact, copy=False), expression=exp.paren(b.copy(), copy=False)),
+                                   copy=False))
+    return query
+
+
 _TRANSFORMS = {"mysql": _mysql}
 
 
 def for_source(query: exp.Expression, dialect: str) -> exp.Expression:
-    """`query` (from render.select) rewritten for a source dialect (a copy)."""
+    """`query` (from render.select or htap.rewrite.tree) rewritten for a source dialect (a copy)."""
+    if dialect in _INTEGERS and any(True for _ in query.find_all(exp.IntDiv)):
+        query = _integers(query, dialect)
     transform = _TRANSFORMS.get(dialect)
     return query if transform is None else query.transform(transform)

@@ -55,6 +55,9 @@ A whole subtree of the query pushed into one scan (catalog/java/.../SubtreeJson.
   <texpr> := <vexpr> over the columns of the child nodes' outputs (every name unique in the tree)
            | {"agg": "sum"|"count"|"count_star"|"min"|"max", "distinct": bool, "args": [<texpr>], "type": t}
            | {"subquery": <node>, "type": t}                    # an uncorrelated scalar subquery
+           | {"op": "/", "type": "decimal(p,s)", "args": [<texpr>, <texpr>]}  # decimal division:
+             the exact quotient rounded HALF_UP (away from zero) to scale s, NULL for a zero divisor
+             (Spark's AVG of decimals, catalog/java/.../SubtreeJson.java `average`)
   <key>   := {"expr": <texpr>, "asc": bool, "nulls_first": bool}
 The whole tree is one task: one query at the query's one snapshot (replica or source, never both).
 """
@@ -509,6 +512,11 @@ def _expr(raw: dict, leaves: int | None = None) -> Expr:
         if fn not in TREE_AGGREGATES or len(args) != (0 if fn == "count_star" else 1):
             raise SubplanError(f"unknown pushed tree aggregate {raw!r}")
         return Expr("agg", t, fn, args=args, distinct=bool(raw.get("distinct", False)))
+    if leaves is not None and raw.get("op") == "/":
+        args = tuple(_expr(a, leaves) for a in raw.get("args", []))
+        if len(args) != 2 or not all(_is_decimal(x) for x in (t, *(a.type for a in args))):
+            raise SubplanError(f"a pushed division takes two decimals to a decimal: {raw!r}")
+        return Expr("op", t, "/", args=args)
     if leaves is not None and "subquery" in raw:
         plan = _node(raw["subquery"], leaves)
         if len(plan.columns()) != 1:
@@ -522,3 +530,19 @@ def _expr(raw: dict, leaves: int | None = None) -> Expr:
     if raw.get("op") in EXPRESSION_OPS:
         return Expr("op", t, raw["op"], args=tuple(_expr(a, leaves) for a in raw.get("args", [])), field=raw.get("field"))
     raise SubplanError(f"unknown pushed expression {raw!r}")
+
+
+def decimal_type(spark_type: str) -> tuple[int, int] | None:
+    """(precision, scale) of a Spark `decimal(p,s)` type name, else None."""
+    t = spark_type.strip().lower().replace(" ", "")
+    if not (t.startswith("decimal(") and t.endswith(")")):
+        return None
+    try:
+        p, s = (int(x) for x in t[len("decimal("):-1].split(","))
+    except ValueError:
+        return None
+    return (p, s) if 0 <= s <= p <= 38 and p > 0 else None
+
+
+def _is_decimal(spark_type: str) -> bool:
+    return decimal_type(spark_type) is not None

@@ -5,15 +5,21 @@ joins, scalar subqueries, top-N — and malformed trees rejected."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlglot import exp
+from decimal_support import avg_of, spark_avg, unscaled_decimals
 from unit_support import check_golden
 
 from htap import engine
+from htap.rewrite import dialects
 from htap.rewrite.subplan import PushedSubplan, SubplanError
 from htap.rewrite.tree import render_tree_over
 
-COLUMNS = {"a": ["id", "k", "v"], "b": ["id", "k", "w"]}
+COLUMNS = {"a": ["id", "k", "v"], "b": ["id", "k", "w"], "d": ["k", "v"]}
 
 
 def c(name: str, type: str = "bigint") -> dict:
@@ -46,6 +52,8 @@ def top(child: dict) -> dict:
     return {"node": "sort", "child": child, "keys": [{"expr": c("c1"), "asc": True, "nulls_first": True}]}
 
 
+AVG = avg_of(c("c4", "decimal(15,2)"), 15, 2)
+
 CASES: dict[str, dict] = {
     "semi join (IN)": tree(top({"node": "join", "type": "semi", "left": A, "right": B, "on": op("=", c("c2"), c("c3"))})),
     "null-aware anti join (NOT IN)": tree(top({"node": "join", "type": "anti", "left": A, "right": B, "on": NOT_IN})),
@@ -66,6 +74,9 @@ CASES: dict[str, dict] = {
         {"name": "c9", "expr": {"agg": "count_star", "args": [], "type": "bigint"}}], "child": {
         "node": "project", "exprs": [], "child": {"node": "join", "type": "inner", "left": A, "right": B,
                                                   "on": op("=", c("c2"), c("c3"))}}}),
+    "AVG of decimals: exact division, HALF_UP": tree({"node": "aggregate", "group_by": [c("c2")], "exprs": [
+        {"name": "c2", "expr": c("c2")},
+        {"name": "c5", "expr": AVG}], "child": scan(0, "c2", "c4")}, [leaf("d", ["k", "v"])]),
     "left join, top-N": tree({"node": "limit", "limit": 3, "child": {
         "node": "join", "type": "left", "left": A, "right": B, "on": op("=", c("c2"), c("c3"))},
         "keys": [{"expr": c("c4"), "asc": False, "nulls_first": False}, {"expr": c("c1"), "asc": True, "nulls_first": True}]}),
@@ -83,7 +94,8 @@ def columns(subplan: PushedSubplan) -> list[list[str]]:
 
 def sql(case: str, dialect: str) -> str:
     subplan = PushedSubplan.from_dict(CASES[case])
-    return render_tree_over(subplan, relations(subplan), columns(subplan)).sql(dialect)
+    query = render_tree_over(subplan, relations(subplan), columns(subplan))
+    return (query if dialect == "duckdb" else dialects.for_source(query, dialect)).sql(dialect)
 
 
 @pytest.mark.parametrize("dialect", ["duckdb", "postgres", "mysql"])
@@ -146,6 +158,8 @@ def test_aggregate_between_joins_with_a_scalar_subquery_and_top_n():
     tree({"node": "project", "child": A, "exprs": [{"name": "c2", "expr": c("c1")}]}),  # c2 defined twice
     tree({"node": "aggregate", "child": A, "group_by": [], "exprs": [{"name": "c9", "expr": {"agg": "avg", "args": [c("c1")]}}]}),
     tree({"node": "limit", "child": A, "limit": -1}),
+    tree({"node": "project", "child": A, "exprs": [{"name": "c9", "expr": op("/", c("c1"), c("c2"), type="double")}]}),
+    tree({"node": "project", "child": A, "exprs": [{"name": "c9", "expr": op("/", c("c1", "decimal(4,2)"), type="decimal(8,6)")}]}),
     {"tree": {"leaves": [], "root": A}},
 ])
 def test_malformed_trees_are_subplan_errors(raw):
@@ -174,3 +188,55 @@ def test_general_like_keeps_spark_semantics_with_escapes():
                 assert "ESCAPE" in q.sql(dialect), dialect
     finally:
         con.close()
+
+
+# --- AVG of decimals: the rendered division against Spark's own steps ------------------------------
+
+
+def avg_sql(p: int, s: int) -> str:
+    raw = tree({"node": "aggregate", "group_by": [], "exprs": [{"name": "c5", "expr": avg_of(c("c4", f"decimal({p},{s})"), p, s)}],
+                "child": scan(0, "c4")}, [leaf("d", ["v"])])
+    subplan = PushedSubplan.from_dict(raw)
+    return render_tree_over(subplan, relations(subplan), [["k", "v"]]).sql("duckdb")
+
+
+def avg_in_duckdb(values: list[Decimal | None], p: int, s: int):
+    con = engine.cursor()
+    try:
+        con.execute("CREATE SCHEMA IF NOT EXISTS s")
+        con.execute(f"CREATE OR REPLACE TABLE s.d (k BIGINT, v DECIMAL({p}, {s}))")
+        if values:
+            con.executemany("INSERT INTO s.d VALUES (?, ?)", [(0, None if v is None else format(v, "f")) for v in values])
+        return con.sql(avg_sql(p, s)).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), shape=st.sampled_from([(15, 2), (12, 0), (20, 5), (34, 10), (34, 0), (18, 18)]))
+def test_avg_of_decimals_is_sparks_to_the_last_digit(data, shape):
+    """Random decimals (extremes and ties among them) and NULLs: DuckDB's answer to the rendered
+    AVG is the value and scale Spark's own steps give, NULL for no rows."""
+    p, s = shape
+    values = data.draw(st.lists(st.one_of(st.none(), unscaled_decimals(p, s)), max_size=12))
+    expected = spark_avg(values, p, s)
+    got = avg_in_duckdb(values, p, s)
+    assert got == expected and (got is None or got.as_tuple().exponent == -(s + 4)), (values, got, expected)
+
+
+@pytest.mark.parametrize("values, expected", [
+    (["0.01", "0.00", "0.00"], "0.003333"),  # 0.00333333...: down
+    (["0.02", "0.00", "0.00"], "0.006667"),  # 0.00666666...: up
+    (["0.01"] + ["0.00"] * 7, "0.001250"),  # exact at the result's scale
+    (["0.01"] + ["0.00"] * 15, "0.000625"),
+    (["0.01"] + ["0.00"] * 31, "0.000313"),  # 0.0003125: a tie, away from zero
+    (["-0.01"] + ["0.00"] * 31, "-0.000313"),  # ... on both sides
+    (["-0.01"] + ["0.00"] * 63, "-0.000156"),  # -0.00015625: below the tie
+    (["9999999999999.99"] * 3, "9999999999999.990000"),  # the largest decimal(15,2), no overflow
+    ([None, None], None),  # no rows: NULL, not a division by zero
+])
+def test_avg_of_decimals_rounds_half_up_at_the_result_scale(values, expected):
+    decimals = [None if v is None else Decimal(v) for v in values]
+    got = avg_in_duckdb(decimals, 15, 2)
+    assert got == (None if expected is None else Decimal(expected)) == spark_avg(decimals, 15, 2)
+    assert "/" not in avg_sql(15, 2).replace("//", "")  # DuckDB's decimal `/` goes through DOUBLE

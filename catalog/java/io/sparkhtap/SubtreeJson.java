@@ -19,6 +19,7 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference$;
 import org.apache.spark.sql.catalyst.expressions.Cast;
+import org.apache.spark.sql.catalyst.expressions.DecimalDivideWithOverflowCheck;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Like;
 import org.apache.spark.sql.catalyst.expressions.Literal;
@@ -28,6 +29,7 @@ import org.apache.spark.sql.catalyst.expressions.ScalarSubquery;
 import org.apache.spark.sql.catalyst.expressions.SortOrder;
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression;
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateFunction;
+import org.apache.spark.sql.catalyst.expressions.aggregate.Average;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Complete$;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Count;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Max;
@@ -328,7 +330,7 @@ final class SubtreeJson {
       @Override
       public boolean isDefinedAt(Expression x) {
         return x instanceof AttributeReference || x instanceof AggregateExpression || x instanceof ScalarSubquery
-            || x instanceof Like || narrowing(x);
+            || x instanceof Like || x instanceof DecimalDivideWithOverflowCheck || narrowing(x);
       }
 
       @Override
@@ -341,7 +343,8 @@ final class SubtreeJson {
         ObjectNode slot = x instanceof AggregateExpression
             ? (aggregates ? aggregate((AggregateExpression) x, input) : null)
             : x instanceof Like ? like((Like) x, input)
-            : x instanceof ScalarSubquery ? subquery((ScalarSubquery) x) : narrowed((Cast) x, input);
+            : x instanceof DecimalDivideWithOverflowCheck ? divide((DecimalDivideWithOverflowCheck) x, input, aggregates)
+            : x instanceof ScalarSubquery ? subquery((ScalarSubquery) x) : narrowed((Cast) x, input, aggregates);
         if (slot == null) {
           failed[0] = true;
           @SuppressWarnings("unchecked") B1 r = (B1) x;
@@ -395,10 +398,11 @@ final class SubtreeJson {
     }
   }
 
-  /** SUM / COUNT / MIN / MAX (DISTINCT too), no FILTER clause, in Spark's result type. */
+  /** SUM / COUNT / MIN / MAX / AVG (DISTINCT too), no FILTER clause, in Spark's result type. */
   private ObjectNode aggregate(AggregateExpression a, scala.collection.immutable.Seq<Attribute> input) {
     if (a.filter().isDefined() || a.mode() != Complete$.MODULE$) return null;
     AggregateFunction f = a.aggregateFunction();
+    if (f instanceof Average) return average(a, (Average) f, input);
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
     List<Expression> args = CollectionConverters.asJava(f.children());
     if (f instanceof Sum) {
@@ -414,12 +418,72 @@ final class SubtreeJson {
       if (!orderable(args.get(0).dataType())) return null;
       n.put("agg", f instanceof Min ? "min" : "max");
     } else {
-      return null;  // AVG and the rest: Spark's rounding is its own
+      return null;  // the rest: Spark's semantics are its own
     }
     ObjectNode arg = expr(args.get(0), input, false, false);
     if (arg == null) return null;
     n.put("distinct", a.isDistinct()).put("type", f.dataType().catalogString());
     n.putArray("args").add(arg);
+    return n;
+  }
+
+  /**
+   * AVG over decimals as what Spark itself evaluates for it: its evaluateExpression with its sum
+   * and count buffers replaced by SUM and COUNT of the same input, i.e. {@code if (count = 0)
+   * null else DecimalDivideWithOverflowCheck(sum, cast(count as decimal(20,0)), decimal(p+4,
+   * s+4))}, translated like any expression ({@link #divide}). Whatever else Spark evaluates (an
+   * average of integers or doubles is a DOUBLE sum, whose rounding depends on the order rows
+   * are added in) has no translation and stays in Spark, as do decimals that Spark's
+   * DecimalAggregates rule already turned into a DOUBLE average (p + 4 <= 15).
+   */
+  private ObjectNode average(AggregateExpression a, Average f, scala.collection.immutable.Seq<Attribute> input) {
+    if (!(f.child().dataType() instanceof DecimalType)) return null;
+    AggregateExpression sum = new Sum(f.child()).toAggregateExpression(a.isDistinct(), scala.Option.empty());
+    AggregateExpression count = new Count(CollectionConverters.asScala(List.of(f.child())).toList())
+        .toAggregateExpression(a.isDistinct(), scala.Option.empty());
+    if (!sum.dataType().equals(f.sum().dataType()) || !count.dataType().equals(f.count().dataType())) return null;
+    Expression eval = f.evaluateExpression().transformDown(new AbstractPartialFunction<Expression, Expression>() {
+      @Override
+      public boolean isDefinedAt(Expression x) {
+        return x.semanticEquals(f.sum()) || x.semanticEquals(f.count());
+      }
+
+      @Override
+      public <A1 extends Expression, B1> B1 applyOrElse(A1 x, scala.Function1<A1, B1> fallback) {
+        if (!isDefinedAt(x)) return fallback.apply(x);
+        @SuppressWarnings("unchecked") B1 r = (B1) (x.semanticEquals(f.sum()) ? sum : count);
+        return r;
+      }
+    });
+    if (!eval.dataType().equals(f.dataType())) return null;
+    return expr(eval, input, false, true);
+  }
+
+  /**
+   * Spark's division of an average's decimal sum by its count (Average's evaluateExpression, and
+   * V2ScanRelationPushDown's rewrite of an AVG it pushed as SUM and COUNT: nothing else makes a
+   * DecimalDivideWithOverflowCheck). It is Decimal's {@code /} (BigDecimal.divide at scale 39,
+   * rounding DOWN) then toPrecision(HALF_UP) at the result's scale; truncating at 39 digits keeps
+   * every digit the HALF_UP decision at a scale <= 38 looks at, so the result is the exact
+   * quotient rounded HALF_UP (ties away from zero) once: the JSON "/" (htap.rewrite.tree renders
+   * it as exact integer arithmetic), NULL for a zero divisor as Spark's {@code if (count = 0)}.
+   * Only for a sum of DECIMAL(p + 10, s) divided to DECIMAL(p + 4, s + 4) (so p <= 28; no bound
+   * cut either type): an average is no larger than its largest value, so the result cannot
+   * overflow and Spark's overflow handling never comes into play.
+   */
+  private ObjectNode divide(DecimalDivideWithOverflowCheck d, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
+    if (!(d.left().dataType() instanceof DecimalType) || !(d.right().dataType() instanceof DecimalType)) return null;
+    DecimalType sum = (DecimalType) d.left().dataType();
+    DecimalType count = (DecimalType) d.right().dataType();
+    DecimalType result = d.dataType();
+    if (count.scale() != 0 || result.scale() != sum.scale() + 4 || result.precision() + 6 != sum.precision()) return null;
+    ObjectNode left = expr(d.left(), input, false, aggregates);
+    ObjectNode right = left == null ? null : expr(d.right(), input, false, aggregates);
+    if (right == null) return null;
+    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    n.put("op", "/").put("type", result.catalogString());
+    n.putArray("args").add(left).add(right);
+    operators.add("AVG");
     return n;
   }
 
@@ -451,7 +515,7 @@ final class SubtreeJson {
 
   /**
    * A cast of a DECIMAL to fewer integer digits at the same scale, as Spark puts on a pushed
-   * partial SUM before its final SUM: exact when the value fits; when it does not, ANSI Spark
+   * partial SUM before its final SUM (and on the final SUM of a pushed AVG's partial sums): exact when the value fits; when it does not, ANSI Spark
    * raises and so do the targets (only under ANSI mode).
    */
   private boolean narrowing(Expression x) {
@@ -463,8 +527,8 @@ final class SubtreeJson {
         && ((DecimalType) from).precision() > ((DecimalType) to).precision();
   }
 
-  private ObjectNode narrowed(Cast c, scala.collection.immutable.Seq<Attribute> input) {
-    ObjectNode arg = expr(c.child(), input, false, false);
+  private ObjectNode narrowed(Cast c, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
+    ObjectNode arg = expr(c.child(), input, false, aggregates);
     if (arg == null) return null;
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
     n.put("op", "cast").put("type", c.dataType().catalogString());
