@@ -174,9 +174,9 @@ def averages(workspace):
     rows += [(3, "-0.01")] + [(3, "0.00")] * 63  # -0.00015625: -0.000156
     rows += [(4, "0.02"), (4, "0.00"), (4, "0.00"), (4, "-123.45"), (4, "77.77"), (4, "0.01")]
     rows += [(5, None), (5, "5.55"), (5, None)]
-    # Large: a sum just below decimal(15,2)'s limit (a pushed partial SUM is reported in the
-    # input's type, and a tree's leaf does not split larger ones into rows as the reader does).
-    rows += [(6, "3333333333333.33"), (6, "3333333333333.33"), (6, "3333333333333.32")]
+    # The largest decimal(15,2) values: their sum does not fit decimal(15,2), the type a scan
+    # reports a pushed partial SUM in (a tree's leaf hands it over whole; SubtreeJson partialSums).
+    rows += [(6, "9999999999999.99"), (6, "9999999999999.99"), (6, "9999999999999.97")]
     rows += [(8, None), (8, None)]  # a group of NULLs only: count 0, AVG NULL
     values = ", ".join(f"({i}, {g}, {'NULL' if x is None else x}, {'NULL' if x is None or abs(float(x)) >= 1e6 else x})"
                        for i, (g, x) in enumerate(rows, start=1))
@@ -237,4 +237,4 @@ def test_avg_of_decimals_is_sparks_own(workspace, spark, catalog, averages, rout
     finally:
         spark.conf.unset(CONF)
     assert rows[1] == Decimal("0.000313") and rows[2] == Decimal("-0.000313") and rows[3] == Decimal("-0.000156"), rows
-    assert rows[6] == Decimal("3333333333333.326667") and rows[8] is None, rows
+    assert rows[6] == Decimal("9999999999999.983333") and rows[8] is None, rows

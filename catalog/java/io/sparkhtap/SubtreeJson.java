@@ -69,6 +69,14 @@ final class SubtreeJson {
   private String snapshotToken;
   private int placeholders;
   private final boolean ansi = SQLConf.get().ansiEnabled();
+  /**
+   * Columns holding a leaf's pushed partial decimal SUM (or that value widened by a Project).
+   * The scan reports such a sum in the input's own DECIMAL(p, s), and Spark casts it to that type
+   * before its final SUM; the reader splits a larger partial sum into rows that fit
+   * (htap.pushdown.partials), but a tree's leaf hands it over whole, so the cast is dropped there
+   * (the SUM above it, DECIMAL(p + 10, s), adds the same total).
+   */
+  private final Set<Long> partialSums = new HashSet<>();
   final List<String> operators = new ArrayList<>();
   /** Filter conjuncts that cannot be translated but may be applied by Spark above the tree. */
   final List<Expression> residuals = new ArrayList<>();
@@ -118,6 +126,16 @@ final class SubtreeJson {
       if (child == null) return null;
       ArrayNode exprs = named(CollectionConverters.asJava(proj.projectList()), proj.child().output(), false);
       if (exprs == null) return null;
+      for (NamedExpression ne : CollectionConverters.asJava(proj.projectList())) {
+        Expression e = ne instanceof Alias ? ((Alias) ne).child() : (Expression) ne;
+        if (e instanceof Cast && e.dataType() instanceof DecimalType && ((Cast) e).child().dataType() instanceof DecimalType
+            && ((DecimalType) e.dataType()).scale() == ((DecimalType) ((Cast) e).child().dataType()).scale()) {
+          e = ((Cast) e).child();  // widened to the final SUM's input type
+        }
+        if (e instanceof AttributeReference && partialSums.contains(((AttributeReference) e).exprId().id())) {
+          partialSums.add(ne.exprId().id());
+        }
+      }
       operators.add("Project");
       n.put("node", "project").set("child", child);
       n.set("exprs", exprs);
@@ -256,6 +274,14 @@ final class SubtreeJson {
     }
     ArrayNode names = n.put("node", "scan").put("leaf", leaves.size()).putArray("output");
     for (AttributeReference a : output) names.add(name(a));
+    JsonNode aggregates = leaf.get("pushed").path("aggregates");
+    if (!leaf.get("pushed").path("complete").asBoolean(false)) {
+      for (AttributeReference a : output) {  // the scan names its aggregates' outputs agg<i>
+        if (!a.name().matches("agg[0-9]+") || !(a.dataType() instanceof DecimalType)) continue;
+        int i = Integer.parseInt(a.name().substring(3));
+        if (i < aggregates.size() && "sum".equals(aggregates.get(i).path("fn").asText())) partialSums.add(a.exprId().id());
+      }
+    }
     leaves.add(r);
     return n;
   }
@@ -519,7 +545,7 @@ final class SubtreeJson {
    * raises and so do the targets (only under ANSI mode).
    */
   private boolean narrowing(Expression x) {
-    if (!(x instanceof Cast) || !ansi) return false;
+    if (!(x instanceof Cast) || !(ansi || partialSum((Cast) x))) return false;
     DataType from = ((Cast) x).child().dataType();
     DataType to = x.dataType();
     return from instanceof DecimalType && to instanceof DecimalType
@@ -527,9 +553,13 @@ final class SubtreeJson {
         && ((DecimalType) from).precision() > ((DecimalType) to).precision();
   }
 
+  private boolean partialSum(Cast c) {
+    return c.child() instanceof AttributeReference && partialSums.contains(((AttributeReference) c.child()).exprId().id());
+  }
+
   private ObjectNode narrowed(Cast c, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
     ObjectNode arg = expr(c.child(), input, false, aggregates);
-    if (arg == null) return null;
+    if (arg == null || partialSum(c)) return arg;
     ObjectNode n = PushedJson.MAPPER.createObjectNode();
     n.put("op", "cast").put("type", c.dataType().catalogString());
     n.putArray("args").add(arg);
