@@ -18,7 +18,10 @@ SUBTREE = "spark.htap.wholeQueryPushdown"
 def shop(workspace):
     """Customers, orders (some without a customer, some of an unknown one) and order lines; the
     tables share column names (`id`, `name`) and join keys hold NULLs."""
-    ws = workspace
+    return _make_shop(workspace)
+
+
+def _make_shop(ws):
     s = ws.schema
     ws.sql(f"CREATE TABLE {s}.cust (id int PRIMARY KEY, name text, nation int)")
     ws.sql(f"INSERT INTO {s}.cust SELECT g, 'c' || g, CASE WHEN g % 7 = 0 THEN NULL ELSE g % 5 END FROM generate_series(1, 40) g")
@@ -95,6 +98,45 @@ def test_pushed_joins_agree_with_spark_joining_itself(workspace, spark, catalog,
         expected = _run(spark, q, ordered, pushdown=False)
         assert got == expected, q
         assert got or "total < 0" in q, q  # every query but the last has rows
+
+
+def _tune(ws, **settings) -> None:
+    """Set replica keys in the workspace's htap.toml (they all exist there with defaults)."""
+    lines = []
+    for line in ws.config.read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        lines.append(f"{key} = {settings[key]!r}" if key in settings and "=" in line else line)
+    ws.config.write_text("\n".join(lines) + "\n")
+
+
+SPLIT = "spark.htap.splitJoinedScans"
+
+
+def test_a_joined_scan_splits_only_when_it_buys_parallelism(workspace, spark, catalog):
+    """`lines` in several partitions: on one machine (local mode) a joined scan stays one task,
+    and EXPLAIN gives the cost rule's figures; forced to split by the partitions of `lines`
+    (spark.htap.splitJoinedScans=true, as on a cluster with more slots than one task's cores), every
+    task reads the other tables whole and Spark merges partial aggregates: the answers are
+    Spark's own either way."""
+    ws = workspace
+    _tune(ws, partition_rows=200)  # `lines` (about 720 rows) in several partitions
+    names = _tables(catalog, _make_shop(ws))
+    assert len(ws.table("lines").layout.ids) > 1
+    inner = [(text, ordered) for text, ordered in JOIN_QUERIES if "LEFT" not in text and "RIGHT" not in text]
+    try:
+        for mode in ("auto", "true"):
+            spark.conf.set(SPLIT, mode)
+            for text, ordered in inner:
+                q = text.format(**names)
+                plan = spark.sql("EXPLAIN " + q).collect()[0][0]
+                if mode == "auto":
+                    assert "one task" in plan and "split by" not in plan, plan
+                elif "{lines}" in text:
+                    assert "split by the partitions of" in plan, plan
+                got = _run(spark, q, ordered, pushdown=True)
+                assert got == _run(spark, q, ordered, pushdown=False), (mode, q)
+    finally:
+        spark.conf.unset(SPLIT)
 
 
 # Joins over tables that all carry deletion vectors, each answered by Postgres itself.

@@ -51,7 +51,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * when no filter is left above either side, and then this builder (the left side's) carries the
  * joined tables ({@link JoinedTables}); aggregates, top-N and limit above the join come to it too.
  * A joined scan runs as one task, or split by the partitions of its largest table when the
- * others are small (JoinedTables.split): in one task its aggregate is complete, so Spark merges
+ * others are small and the cluster's slots make that pay (JoinedTables.split): in one task its aggregate is complete, so Spark merges
  * nothing.
  */
 public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushDownRequiredColumns,
