@@ -80,6 +80,9 @@ CASES: dict[str, dict] = {
     "left join, top-N": tree({"node": "limit", "limit": 3, "child": {
         "node": "join", "type": "left", "left": A, "right": B, "on": op("=", c("c2"), c("c3"))},
         "keys": [{"expr": c("c4"), "asc": False, "nulls_first": False}, {"expr": c("c1"), "asc": True, "nulls_first": True}]}),
+    # MySQL/MariaDB have no FULL JOIN: sqlglot's MySQL generator spells it as a LEFT JOIN UNION ALL
+    # the right side's rows with no match (a RIGHT JOIN filtered by NOT EXISTS of the condition).
+    "full outer join": tree({"node": "join", "type": "full", "left": A, "right": B, "on": op("=", c("c2"), c("c3"))}),
 }
 
 
@@ -101,6 +104,13 @@ def sql(case: str, dialect: str) -> str:
 @pytest.mark.parametrize("dialect", ["duckdb", "postgres", "mysql"])
 def test_golden_tree_sql(dialect):
     check_golden(f"tree_{dialect}.sql", {case: sql(case, dialect) for case in CASES})
+
+
+def test_full_join_is_no_full_join_for_mysql():
+    """MariaDB parses `FULL` as a table alias and rejects the query: the MySQL text must spell it
+    out (run by MariaDB in tests/test_mysql_subtree_pushdown.py)."""
+    text = sql("full outer join", "mysql")
+    assert "FULL" not in text.upper() and "UNION ALL" in text and "NOT EXISTS" in text, text
 
 
 A_ROWS = [(1, 1, 10), (2, None, 20), (3, 3, 30), (4, 4, 40), (5, 1, 50)]

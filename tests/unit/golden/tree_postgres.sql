@@ -22,3 +22,6 @@ SELECT "c2" AS "c2", CAST((CAST(CASE WHEN (CAST(REPLACE(CAST(CAST((CAST(SUM("c4"
 -- left join, top-N
 SELECT "c1", "c2", "c3", "c4" FROM (SELECT "q1"."c1", "q1"."c2", "q2"."c3", "q2"."c4" FROM (SELECT "id" AS "c1", "k" AS "c2" FROM (SELECT "id", "k" FROM "s"."a" AS "t0") AS q3) AS q1 LEFT JOIN (SELECT "k" AS "c3", "w" AS "c4" FROM (SELECT "k", "w" FROM "s"."b" AS "t0") AS q4) AS q2 ON ("q1"."c2" = "q2"."c3")) AS q5 ORDER BY "c4" DESC NULLS LAST, "c1" ASC NULLS FIRST LIMIT 3
 
+-- full outer join
+SELECT "q1"."c1", "q1"."c2", "q2"."c3", "q2"."c4" FROM (SELECT "id" AS "c1", "k" AS "c2" FROM (SELECT "id", "k" FROM "s"."a" AS "t0") AS q3) AS q1 FULL JOIN (SELECT "k" AS "c3", "w" AS "c4" FROM (SELECT "k", "w" FROM "s"."b" AS "t0") AS q4) AS q2 ON ("q1"."c2" = "q2"."c3")
+
