@@ -96,6 +96,10 @@ def test_pushed_trees_agree_with_spark_on_mariadb(my_workspace, spark, my_catalo
         physical = plan.split("== Physical Plan ==")[-1]
         scans = [line for line in physical.splitlines() if "HtapScan" in line]
         assert len(scans) == 1 and "whole subtree pushed" in scans[0] and "Join" not in physical, (q, plan)
+        pushed = scans[0].split("whole subtree pushed:")[1].split(" over ")[0]
+        for shape, operator in (("FULL JOIN", "FULL OUTER JOIN"), ("LEFT JOIN", "LEFT OUTER JOIN"),
+                                ("LIMIT", "TopN"), ("avg(", "AVG")):
+            assert shape not in text or operator in pushed, (q, operator, plan)  # in the one source statement
         got = _run(spark, q, ordered, on=True)
         with ws.store() as store:  # the tree ran where the route says (a is in every query)
             assert store.recent_scans(ws.table("a").id, 1)[0].route == route, q
