@@ -29,7 +29,7 @@ def _run(spark, query: str, ordered: bool, on: bool):
 
 
 def _plan(spark, query: str) -> str:
-    """EXPLAIN with the strategy on (it is off by default)."""
+    """EXPLAIN with the strategy on (the default; set explicitly, as other tests switch it)."""
     spark.conf.set(CONF, "true")
     try:
         return spark.sql("EXPLAIN " + query).collect()[0][0]
