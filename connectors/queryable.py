@@ -120,11 +120,14 @@ class QueryableSource(ABC):
         return dialects.for_source(render.joined_select(subplan, relations), self.dialect).sql(self.dialect)
 
     def read_joined(
-        self, tables: list[SourceTable], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+        self, tables: list[SourceTable], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
+        **agree,
     ) -> Iterator[pa.RecordBatch]:
-        """A joined scan's rows from the source (one statement) as Arrow batches of `output`."""
+        """A joined scan's rows from the source (one statement) as Arrow batches of `output`.
+        `agree` (`agree=` callable, for a source whose reads each open their own snapshot): see
+        the source's `read_query`."""
         return self.read_query(self.render_joined(tables, subplan), output, snapshot,
-                               what=" JOIN ".join(t.qualified_name for t in tables))
+                               what=" JOIN ".join(t.qualified_name for t in tables), **agree)
 
     def read_query(self, query: str, output: pa.Schema, snapshot: str | None, what: str) -> Iterator[pa.RecordBatch]:
         """Rows of a query this source renders (positionally as `output`), at `snapshot` when given."""
@@ -186,14 +189,14 @@ class ThroughOrigin(QueryableSource):
     def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
         return self.inner.render(self.source_table(table), subplan)
 
-    def read(self, table, subplan, output, snapshot=None):
-        return self.inner.read(self.source_table(table), subplan, output, snapshot)
+    def read(self, table, subplan, output, snapshot=None, **agree):
+        return self.inner.read(self.source_table(table), subplan, output, snapshot, **agree)
 
     def render_joined(self, tables, subplan) -> str:
         return self.inner.render_joined([self.source_table(t) for t in tables], subplan)
 
-    def read_query(self, query, output, snapshot, what):
-        return self.inner.read_query(query, output, snapshot, what)
+    def read_query(self, query, output, snapshot, what, **agree):
+        return self.inner.read_query(query, output, snapshot, what, **agree)
 
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
         return self.inner.check_select(user, table, columns)

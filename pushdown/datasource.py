@@ -14,6 +14,7 @@ and the source drivers load in the worker that plans or reads.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Mapping
 
@@ -216,6 +217,7 @@ class JoinedSourcePartition(InputPartition):
     snapshot: str | None
     source_config: object  # htap.conf.SourceConfig of `source`
     tables: tuple  # htap.replica.models.TableInfo of each table
+    agreement: object = None  # htap.pushdown.source_reader.SourceReadAgreement, for a snapshot of its own
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,7 @@ class SourcePartition(InputPartition):
     snapshot: str | None  # an exported snapshot to read at, if the caller holds one
     source_config: object  # htap.conf.SourceConfig of `source`
     table: object  # htap.replica.models.TableInfo
+    agreement: object = None  # htap.pushdown.source_reader.SourceReadAgreement, for a snapshot of its own
 
 
 class HtapDataSource(DataSource):
@@ -365,9 +368,11 @@ class HtapReader(DataSourceReader):
                 # Key ranges as parallel tasks, only at a snapshot they all share (issue 14).
                 ranges = (source_ranges(source, table, opts.pushed, cfg.source_range_rows)
                           if plan.source_snapshot else [opts.pushed])
+                agreement = _agreement(opts, cfg, source.name, plan.source_snapshot, table.qualified_name)
                 self._partitions = [
-                    SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot, source, table)
-                    for pushed in ranges
+                    SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot, source, table,
+                                    agreement and dataclasses.replace(agreement, scan=f"{agreement.scan}/{i}"))
+                    for i, pushed in enumerate(ranges)
                 ]
         finally:
             store.close()
@@ -414,9 +419,11 @@ class HtapReader(DataSourceReader):
                            pin_ttl_s=cfg.pin_ttl_s, export=lambda: export_held_snapshot(str(cfg.path), source.name),
                            holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
         if plans[0].route.target != ROUTE_REPLICA:
+            what = " JOIN ".join(p.table.qualified_name for p in plans)
             self._partitions = [JoinedSourcePartition(str(cfg.path), source.name, tuple(p.table.id for p in plans),
                                                       opts.pushed, plans[0].source_snapshot, source,
-                                                      tuple(p.table for p in plans))]
+                                                      tuple(p.table for p in plans),
+                                                      _agreement(opts, cfg, source.name, plans[0].source_snapshot, what))]
             return
 
         def part(plan, reads) -> JoinedTablePart:
@@ -494,7 +501,8 @@ class HtapReader(DataSourceReader):
         subplan = PushedSubplan.from_json(partition.pushed)
         output = to_arrow_schema(self.schema, timezone="UTC")
         sums = partials.decimal_sums(subplan, output)
-        for batch in read_joined_source(source, tables, subplan, partials.wide(output, sums), partition.snapshot):
+        for batch in read_joined_source(source, tables, subplan, partials.wide(output, sums), partition.snapshot,
+                                        partition.agreement):
             yield from partials.fit(batch, subplan, output) if sums else (batch,)
 
     def _read_source(self, partition: "SourcePartition") -> Iterator:
@@ -513,7 +521,8 @@ class HtapReader(DataSourceReader):
             carrier = table.key[0]
             subplan, output = subplan.carrying_rows(carrier), pa.schema([table.arrow_schema.field(carrier)])
         sums = partials.decimal_sums(subplan, output)
-        for batch in read_source(source, table, subplan, partials.wide(output, sums), partition.snapshot):
+        for batch in read_source(source, table, subplan, partials.wide(output, sums), partition.snapshot,
+                                 partition.agreement):
             if len(self.schema) == 0:
                 yield batch.select([])
             else:
@@ -552,6 +561,21 @@ class HtapReader(DataSourceReader):
             # fail over instead of failing again (DAMAGE_MARKER); executors never write the
             # metadata store.
             raise DamagedReplicaError(damage_report(partition.table_id, plan, e)) from e
+
+
+def _agreement(opts: ScanOptions, cfg, source: str, snapshot: str | None, what: str):
+    """For a source scan of a query whose source reads cannot share one snapshot (MySQL/MariaDB):
+    what its task needs to check that it reads the same state as the query's other scans of the
+    source (htap.pushdown.source_reader.SourceReadAgreement); None otherwise (Postgres imports
+    the one exported snapshot; a scan without the query's token decides alone). The planned
+    scan's own id, so a retry of its task replaces, not contradicts, its earlier attempt. The
+    record goes to the metadata store the driver writes (`metadata`): the one write an executor
+    makes, a row per scan."""
+    from htap.pushdown.source_reader import SourceReadAgreement, reads_own_snapshot
+
+    if not opts.snapshot_token or not reads_own_snapshot(snapshot):
+        return None
+    return SourceReadAgreement(str(cfg.metadata), opts.snapshot_token, source, uuid.uuid4().hex, what)
 
 
 def _size_duckdb_threads(tasks: int) -> None:

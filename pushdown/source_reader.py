@@ -8,12 +8,14 @@ database answers, and how, is the source's business (htap.connectors.registry.op
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
 
 from htap.conf import SourceConfig
 from htap.connectors.registry import open_queryable
+from htap.errors import SourceError
 from htap.replica.models import TableInfo
 from htap.rewrite.subplan import PushedSubplan
 
@@ -22,17 +24,91 @@ def source_sql(source: SourceConfig, table: TableInfo, subplan: PushedSubplan) -
     return open_queryable(source).render(table, subplan)
 
 
+# A snapshot name that each reading connection opens for itself, at or after the exported
+# position (MySQL/MariaDB `binlog:<seq>`, htap.connectors.mysql.reads): its reads need agreeing.
+_OWN_SNAPSHOT_PREFIXES = ("binlog:",)
+
+
+def reads_own_snapshot(snapshot: str | None) -> bool:
+    """Whether each read at `snapshot` opens a snapshot of its own (the source cannot share one
+    between connections), so separate scans of one query may see different states."""
+    return snapshot is not None and snapshot.startswith(_OWN_SNAPSHOT_PREFIXES)
+
+
+@dataclass(frozen=True)
+class SourceReadAgreement:
+    """What a source scan of a query needs to check that it reads the state its query's other
+    scans of the source read: MySQL/MariaDB cannot share a snapshot between connections, so each
+    separate scan opens its own consistent snapshot, and the query is one state only if they all
+    sit at one binlog position. Each scan records its position in the metadata store and fails
+    when another scan of the query recorded a different one (MetadataStore.agree_source_read):
+    never a silently mixed result. `scan` names the planned scan (a task retry keeps it)."""
+
+    metadata: str  # the metadata store, written from the executor (one small record per scan)
+    token: str  # the query's snapshot token
+    source: str
+    scan: str
+    what: str  # the tables the scan reads, for the error
+
+    def __call__(self, seq: int) -> None:
+        from htap.replica.metadata import MetadataStore
+        from htap.seq import format_binlog
+
+        position = format_binlog(seq)
+        try:
+            with MetadataStore(self.metadata) as store:
+                others = store.agree_source_read(_run_of(self.token), self.source, self.scan, self.what, seq, position)
+        except Exception as e:  # noqa: BLE001 - any failure to record (store unreachable, read-only) is reported
+            raise SourceError(
+                f"source {self.source}: the query reads {self.what} from the source in a separate scan, whose snapshot must "
+                f"be checked against the query's other scans in the metadata store, which failed: {e}"
+            ) from e
+        if others:
+            seen = "; ".join(f"{what} at binlog position {pos}" for what, pos in others)
+            raise SourceError(
+                f"source {self.source}: this query reads {self.what} from the source at binlog position {position}, but "
+                f"another scan of the same query read {seen}: MySQL/MariaDB cannot share a snapshot between "
+                f"connections, so the query's separate scans of the source saw different states (commits came between "
+                f"them), and its result would mix them. Re-run the query; or read these tables from the replica "
+                f"(`htap failover <table> off`); or let the query push into one scan (spark.htap.wholeQueryPushdown and "
+                f"spark.sql.optimizer.datasourceV2JoinPushdown on), which the source answers as one statement"
+            )
+
+
+def _run_of(token: str) -> str:
+    """The query's token with the Spark execution running this task (`spark.sql.execution.id`,
+    one per action): running the same planned query again (`collect()` twice on one DataFrame)
+    keeps its scans and token but is another run, whose scans must agree among themselves only."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        run = ctx.getLocalProperty("spark.sql.execution.id") if ctx is not None else None
+    except Exception:  # noqa: BLE001 - outside a Spark task: the token alone
+        run = None
+    return f"{token}/{run}" if run else token
+
+
 def read_source(
-    source: SourceConfig, table: TableInfo, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+    source: SourceConfig, table: TableInfo, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
+    agreement: SourceReadAgreement | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    return open_queryable(source).read(table, subplan, output, snapshot)
+    queryable = open_queryable(source)
+    if agreement is not None and reads_own_snapshot(snapshot):
+        return queryable.read(table, subplan, output, snapshot, agree=agreement)
+    return queryable.read(table, subplan, output, snapshot)
 
 
 def read_joined_source(
-    source: SourceConfig, tables: list[TableInfo], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+    source: SourceConfig, tables: list[TableInfo], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
+    agreement: SourceReadAgreement | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """A joined scan's whole subplan as one query of the source (one statement: one snapshot)."""
-    return open_queryable(source).read_joined(tables, subplan, output, snapshot)
+    """A joined scan's whole subplan as one query of the source (one statement: one snapshot;
+    other scans of the query may still read the source separately, hence `agreement`)."""
+    queryable = open_queryable(source)
+    if agreement is not None and reads_own_snapshot(snapshot):
+        return queryable.read_joined(tables, subplan, output, snapshot, agree=agreement)
+    return queryable.read_joined(tables, subplan, output, snapshot)
 
 
 def check_access(source: SourceConfig, user: str, table: TableInfo, columns: list[str]) -> str | None:

@@ -65,6 +65,14 @@ _SOURCE_SNAPSHOTS = (
     "query_source_snapshots (token TEXT NOT NULL, source TEXT NOT NULL, snapshot TEXT NOT NULL,"
     " created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (token, source))"
 )
+# Created on first use: where each separate source scan of a query read a source that cannot
+# share a snapshot between connections (MySQL/MariaDB): its own snapshot's position, so scans of
+# one query that saw different states are caught (`agree_source_read`).
+_SOURCE_READS = (
+    "query_source_reads (token TEXT NOT NULL, source TEXT NOT NULL, scan TEXT NOT NULL, what TEXT NOT NULL,"
+    " seq BIGINT NOT NULL, position TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,"
+    " PRIMARY KEY (token, source, scan))"
+)
 
 _TABLES = [
     ("meta", "key TEXT PRIMARY KEY, value TEXT NOT NULL"),
@@ -1013,6 +1021,37 @@ class MetadataStore:
             return None
         row = self._one("SELECT snapshot FROM query_source_snapshots WHERE token = ? AND source = ?", (token, source))
         return row[0]
+
+    def agree_source_read(
+        self, token: str, source: str, scan: str, what: str, seq: int, position: str
+    ) -> list[tuple[str, str]]:
+        """Record that scan `scan` (reading `what`) of query `token` reads `source` at its own
+        snapshot `seq` (shown as `position`), and return the other scans of that query that read
+        the source at a different seq, as (what, position): empty when they all agree.
+
+        MySQL/MariaDB cannot hand a snapshot to another connection, so each separate scan of a
+        failover query opens its own; only their agreement makes the query one state. The record
+        and the read of the others are one transaction, and writers of a store are serialized
+        (SQLite's single writer, the Postgres store's advisory lock), so of two disagreeing
+        scans the one that records second sees the first: at least one fails. A task retry of
+        the same scan replaces its earlier attempt's record (last attempt wins) instead of
+        disagreeing with it. Records go with age, like the query snapshots."""
+        now = self.clock()
+        with self._tx(durable=False):  # lives as long as its query: a crash ends both
+            self._x(f"CREATE TABLE IF NOT EXISTS {_SOURCE_READS}")
+            self._x(
+                "INSERT INTO query_source_reads (token, source, scan, what, seq, position, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (token, source, scan) DO UPDATE SET"
+                " what = excluded.what, seq = excluded.seq, position = excluded.position, created_at = excluded.created_at",
+                (token, source, scan, what, seq, position, now),
+            )
+            self._x("DELETE FROM query_source_reads WHERE created_at < ?", (now - 86_400,))
+            rows = self._all(
+                "SELECT what, position FROM query_source_reads WHERE token = ? AND source = ? AND scan <> ? AND seq <> ?"
+                " ORDER BY created_at",
+                (token, source, scan, seq),
+            )
+        return [(r[0], r[1]) for r in rows]
 
     # --- scans ----------------------------------------------------------------------------------
 

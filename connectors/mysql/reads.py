@@ -19,7 +19,7 @@ seq but, unlike Postgres, not necessarily one single state.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pymysql
@@ -169,15 +169,23 @@ class MySQLQueryable(QueryableSource):
         return self._collation
 
     def read(
-        self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
+        self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
+        agree: Callable[[int], None] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        return self.read_query(self.render(table, subplan), output, snapshot, table.qualified_name)
+        return self.read_query(self.render(table, subplan), output, snapshot, table.qualified_name, agree=agree)
 
-    def read_query(self, query: str, output: pa.Schema, snapshot: str | None, what: str) -> Iterator[pa.RecordBatch]:
+    def read_query(
+        self, query: str, output: pa.Schema, snapshot: str | None, what: str, agree: Callable[[int], None] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """`agree`, given with a snapshot: called with the seq of the consistent snapshot this read
+        opened, before any row is read; it raises when that is not the query's one state (the
+        other scans of the query read elsewhere: htap.pushdown.source_reader.SourceReadAgreement)."""
         conn = connect(self.config)
         try:
             if snapshot is not None:
-                begin_at(conn, snapshot)
+                seq = begin_at(conn, snapshot)
+                if agree is not None:
+                    agree(seq)
             for arrays in fetch_columns(conn, query, output, arrow_column, READ_CHUNK_ROWS):
                 yield pa.RecordBatch.from_arrays(arrays, schema=output)
         except pymysql.err.MySQLError as e:
