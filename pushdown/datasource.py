@@ -569,13 +569,14 @@ def _agreement(opts: ScanOptions, cfg, source: str, snapshot: str | None, what: 
     source (htap.pushdown.source_reader.SourceReadAgreement); None otherwise (Postgres imports
     the one exported snapshot; a scan without the query's token decides alone). The planned
     scan's own id, so a retry of its task replaces, not contradicts, its earlier attempt. The
-    record goes to the metadata store the driver writes (`metadata`): the one write an executor
-    makes, a row per scan."""
+    record goes to the store as executors reach it (`executor_metadata`, default the config's):
+    the one write an executor makes, a row per scan, to that one table."""
     from htap.pushdown.source_reader import SourceReadAgreement, reads_own_snapshot
 
     if not opts.snapshot_token or not reads_own_snapshot(snapshot):
         return None
-    return SourceReadAgreement(str(cfg.metadata), opts.snapshot_token, source, uuid.uuid4().hex, what)
+    return SourceReadAgreement(opts.executor_metadata or str(cfg.metadata), opts.snapshot_token, source,
+                               uuid.uuid4().hex, what)
 
 
 def _size_duckdb_threads(tasks: int) -> None:

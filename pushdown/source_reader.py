@@ -61,12 +61,14 @@ class SourceReadAgreement:
         except Exception as e:  # noqa: BLE001 - any failure to record (store unreachable, read-only) is reported
             raise SourceError(
                 f"source {self.source}: the query reads {self.what} from the source in a separate scan, whose snapshot must "
-                f"be checked against the query's other scans in the metadata store, which failed: {e}"
+                f"be checked against the query's other scans in the metadata store, which failed: {e}. Executors write "
+                f"that check to the table query_source_reads of the store they reach (`executor_metadata`): a role that "
+                f"may only read the store needs GRANT SELECT, INSERT, UPDATE, DELETE ON query_source_reads"
             ) from e
         if others:
-            seen = "; ".join(f"{what} at binlog position {pos}" for what, pos in others)
+            seen = "; ".join(f"{what} at {pos}" for what, pos in others)
             raise SourceError(
-                f"source {self.source}: this query reads {self.what} from the source at binlog position {position}, but "
+                f"source {self.source}: this query reads {self.what} from the source at {position}, but "
                 f"another scan of the same query read {seen}: MySQL/MariaDB cannot share a snapshot between "
                 f"connections, so the query's separate scans of the source saw different states (commits came between "
                 f"them), and its result would mix them. Re-run the query; or read these tables from the replica "

@@ -112,6 +112,9 @@ _TABLES = [
         "id {serial}, table_id {int} NOT NULL, at {real} NOT NULL, route TEXT NOT NULL, seq {int},"
         " pushed_json TEXT NOT NULL, reason TEXT",
     ),
+    # New stores have it from `htap init` (a role may be granted it); older ones get it from the
+    # driver on a query's first failover (fix_query_source_snapshot).
+    (_SOURCE_READS.split(" ", 1)[0], _SOURCE_READS.split(" ", 1)[1][1:-1]),
 ]
 _INDEXES = [
     "CREATE INDEX IF NOT EXISTS deltas_by_table ON deltas (table_id, part, max_seq)",
@@ -1003,6 +1006,9 @@ class MetadataStore:
         now = self.clock()
         with self._tx():
             self._x(f"CREATE TABLE IF NOT EXISTS {_SOURCE_SNAPSHOTS}")
+            # Here, by the driver: the executors' scans record into it (agree_source_read), with a
+            # role that may write that table only.
+            self._x(f"CREATE TABLE IF NOT EXISTS {_SOURCE_READS}")
             self._x(
                 "INSERT INTO query_snapshots (token, source, seq, created_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (token, source) DO NOTHING",
@@ -1035,10 +1041,10 @@ class MetadataStore:
         (SQLite's single writer, the Postgres store's advisory lock), so of two disagreeing
         scans the one that records second sees the first: at least one fails. A task retry of
         the same scan replaces its earlier attempt's record (last attempt wins) instead of
-        disagreeing with it. Records go with age, like the query snapshots."""
+        disagreeing with it. Records go with age, like the query snapshots. The table exists:
+        the driver made it when the query fixed its source snapshot (fix_query_source_snapshot)."""
         now = self.clock()
         with self._tx(durable=False):  # lives as long as its query: a crash ends both
-            self._x(f"CREATE TABLE IF NOT EXISTS {_SOURCE_READS}")
             self._x(
                 "INSERT INTO query_source_reads (token, source, scan, what, seq, position, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (token, source, scan) DO UPDATE SET"
