@@ -8,6 +8,7 @@ database answers, and how, is the source's business (htap.connectors.registry.op
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -42,7 +43,7 @@ class SourceReadAgreement:
     separate scan opens its own consistent snapshot, and the query is one state only if they all
     sit at one binlog position. Each scan records its position in the metadata store and fails
     when another scan of the query recorded a different one (MetadataStore.agree_source_read):
-    never a silently mixed result. `scan` names the planned scan (a task retry keeps it)."""
+    never a silently mixed result. `scan` names the planned scan (its task attempts share it)."""
 
     metadata: str  # the metadata store, written from the executor (one small record per scan)
     token: str  # the query's snapshot token
@@ -57,7 +58,8 @@ class SourceReadAgreement:
         position = format_binlog(seq)
         try:
             with MetadataStore(self.metadata) as store:
-                others = store.agree_source_read(_run_of(self.token), self.source, self.scan, self.what, seq, position)
+                run, attempt = _run_of(self.token)
+                others = store.agree_source_read(run, self.source, self.scan, self.what, seq, position, attempt)
         except Exception as e:  # noqa: BLE001 - any failure to record (store unreachable, read-only) is reported
             raise SourceError(
                 f"source {self.source}: the query reads {self.what} from the source in a separate scan, whose snapshot must "
@@ -77,18 +79,22 @@ class SourceReadAgreement:
             )
 
 
-def _run_of(token: str) -> str:
-    """The query's token with the Spark execution running this task (`spark.sql.execution.id`,
-    one per action): running the same planned query again (`collect()` twice on one DataFrame)
-    keeps its scans and token but is another run, whose scans must agree among themselves only."""
+def _run_of(token: str) -> tuple[str, str]:
+    """(run, attempt): the query's token with the Spark execution running this task
+    (`spark.sql.execution.id`, one per action: running the same planned query again, `collect()`
+    twice on one DataFrame, keeps its scans and token but is another run, whose scans must agree
+    among themselves only), and this task attempt's id (retries and speculative copies differ)."""
+    run, attempt = None, None
     try:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        run = ctx.getLocalProperty("spark.sql.execution.id") if ctx is not None else None
-    except Exception:  # noqa: BLE001 - outside a Spark task: the token alone
-        run = None
-    return f"{token}/{run}" if run else token
+        if ctx is not None:
+            run = ctx.getLocalProperty("spark.sql.execution.id")
+            attempt = str(ctx.taskAttemptId())
+    except Exception:  # noqa: BLE001 - outside a Spark task: the token alone, a fresh attempt
+        pass
+    return (f"{token}/{run}" if run else token), attempt or uuid.uuid4().hex
 
 
 def read_source(

@@ -69,9 +69,9 @@ _SOURCE_SNAPSHOTS = (
 # share a snapshot between connections (MySQL/MariaDB): its own snapshot's position, so scans of
 # one query that saw different states are caught (`agree_source_read`).
 _SOURCE_READS = (
-    "query_source_reads (token TEXT NOT NULL, source TEXT NOT NULL, scan TEXT NOT NULL, what TEXT NOT NULL,"
-    " seq BIGINT NOT NULL, position TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,"
-    " PRIMARY KEY (token, source, scan))"
+    "query_source_reads (token TEXT NOT NULL, source TEXT NOT NULL, scan TEXT NOT NULL, attempt TEXT NOT NULL,"
+    " what TEXT NOT NULL, seq BIGINT NOT NULL, position TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,"
+    " PRIMARY KEY (token, source, scan, attempt))"
 )
 
 _TABLES = [
@@ -1029,7 +1029,7 @@ class MetadataStore:
         return row[0]
 
     def agree_source_read(
-        self, token: str, source: str, scan: str, what: str, seq: int, position: str
+        self, token: str, source: str, scan: str, what: str, seq: int, position: str, attempt: str = ""
     ) -> list[tuple[str, str]]:
         """Record that scan `scan` (reading `what`) of query `token` reads `source` at its own
         snapshot `seq` (shown as `position`), and return the other scans of that query that read
@@ -1039,22 +1039,23 @@ class MetadataStore:
         failover query opens its own; only their agreement makes the query one state. The record
         and the read of the others are one transaction, and writers of a store are serialized
         (SQLite's single writer, the Postgres store's advisory lock), so of two disagreeing
-        scans the one that records second sees the first: at least one fails. A task retry of
-        the same scan replaces its earlier attempt's record (last attempt wins) instead of
-        disagreeing with it. Records go with age, like the query snapshots. The table exists:
+        scans the one that records second sees the first: at least one fails. Attempts of one
+        scan (a task retry, a speculative copy) are compared only with other scans, each attempt
+        with every attempt of the others: whichever attempt's rows Spark keeps, a disagreement
+        with it was seen (a stale failed attempt may fail a query, never let a mix through). Records go with age, like the query snapshots. The table exists:
         the driver made it when the query fixed its source snapshot (fix_query_source_snapshot)."""
         now = self.clock()
         with self._tx(durable=False):  # lives as long as its query: a crash ends both
             self._x(
-                "INSERT INTO query_source_reads (token, source, scan, what, seq, position, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (token, source, scan) DO UPDATE SET"
+                "INSERT INTO query_source_reads (token, source, scan, attempt, what, seq, position, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (token, source, scan, attempt) DO UPDATE SET"
                 " what = excluded.what, seq = excluded.seq, position = excluded.position, created_at = excluded.created_at",
-                (token, source, scan, what, seq, position, now),
+                (token, source, scan, attempt, what, seq, position, now),
             )
             self._x("DELETE FROM query_source_reads WHERE created_at < ?", (now - 86_400,))
             rows = self._all(
-                "SELECT what, position FROM query_source_reads WHERE token = ? AND source = ? AND scan <> ? AND seq <> ?"
-                " ORDER BY created_at",
+                "SELECT DISTINCT what, position FROM query_source_reads WHERE token = ? AND source = ? AND scan <> ?"
+                " AND seq <> ? ORDER BY what, position",
                 (token, source, scan, seq),
             )
         return [(r[0], r[1]) for r in rows]
