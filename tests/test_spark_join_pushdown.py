@@ -135,6 +135,9 @@ def test_a_joined_scan_splits_only_when_it_buys_parallelism(workspace, spark, ca
                     assert "split by the partitions of" in plan, plan
                 got = _run(spark, q, ordered, pushdown=True)
                 assert got == _run(spark, q, ordered, pushdown=False), (mode, q)
+        spark.conf.set(SPLIT, "sometimes")  # a wrong value is an error that says the right ones
+        with pytest.raises(Exception, match="splitJoinedScans must be auto, true or false"):
+            spark.sql(inner[0][0].format(**names)).collect()
     finally:
         spark.conf.unset(SPLIT)
 

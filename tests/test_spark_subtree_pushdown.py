@@ -89,6 +89,12 @@ def test_null_semantics_agree_with_spark(workspace, spark, catalog, keys, route)
     with ws.store() as store:
         routes = {store.recent_scans(ws.table(t).id, 1)[0].route for t in ("a", "b", "c")}
     assert routes == {route}
+    spark.conf.set(CONF, "yes")  # a wrong value is an error that says the right ones, never silently off
+    try:
+        with pytest.raises(Exception, match="wholeQueryPushdown must be true or false"):
+            spark.sql(KEY_QUERIES[0].format(**names)).collect()
+    finally:
+        spark.conf.unset(CONF)
 
 
 def tpch_queries(catalog: str, schema: str) -> dict[int, tuple[str, bool]]:

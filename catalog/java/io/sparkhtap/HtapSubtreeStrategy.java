@@ -64,7 +64,12 @@ public class HtapSubtreeStrategy extends SparkStrategy {
 
   @Override
   public Seq<SparkPlan> apply(LogicalPlan plan) {
-    if (!SQLConf.get().getConfString(CONF, "true").trim().equalsIgnoreCase("true")) return List$.MODULE$.empty();
+    String on = SQLConf.get().getConfString(CONF, "true").trim();
+    if (!on.equalsIgnoreCase("true") && !on.equalsIgnoreCase("false")) {
+      throw new IllegalArgumentException(CONF + " must be true or false, not '" + on
+          + "' (true: a subtree over HTAP tables of one source runs as one scan; false: each scan is planned on its own)");
+    }
+    if (on.equalsIgnoreCase("false")) return List$.MODULE$.empty();
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
     Absorbed done = BUILT.get(target);

@@ -150,6 +150,10 @@ final class JoinedTables {
   Object[] split() {
     if (!joined()) return new Object[] {-1, "one table"};
     String mode = SQLConf.get().getConfString(SPLIT_CONF, "auto").trim().toLowerCase(java.util.Locale.ROOT);
+    if (!mode.equals("auto") && !mode.equals("true") && !mode.equals("false")) {
+      throw new IllegalArgumentException(SPLIT_CONF + " must be auto, true or false, not '" + mode
+          + "' (auto: split a joined scan by partitions only when the cluster's task slots make it pay)");
+    }
     if (mode.equals("false")) return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + SPLIT_CONF + "=false"};
     int largest = -1;
     long largestBytes = -1;
