@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import datetime as dt
 import os
 import re
@@ -127,3 +129,21 @@ def normalize(value):
 def normalized(rows) -> list[tuple]:
     """Rows as sorted tuples of comparable values (Spark Rows and DB-API tuples alike)."""
     return sorted((tuple(normalize(v) for v in r) for r in rows), key=repr)
+
+
+@contextlib.contextmanager
+def spark_confs(spark, values: dict[str, str]):
+    """Spark SQL confs set for a block, then what was there before restored. Not `unset`: that
+    drops a value the session was built with (DSv2 join pushdown on, from htap's spark_conf) to
+    Spark's own default, and every later test of the worker's shared session would run with it."""
+    before = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)

@@ -15,6 +15,8 @@ import threading
 
 import pytest
 
+from conftest import spark_confs
+
 CONFS = ("spark.htap.wholeQueryPushdown", "spark.sql.optimizer.datasourceV2JoinPushdown")
 TOTAL = 10_000
 MIXED = "cannot share a snapshot between connections, so the query's separate scans"
@@ -42,11 +44,8 @@ def accounts(my_workspace):
 @pytest.fixture
 def separate_scans(spark):
     """The strategy and DSv2 join pushdown off: each table is its own scan."""
-    for conf in CONFS:
-        spark.conf.set(conf, "false")
-    yield
-    for conf in CONFS:
-        spark.conf.unset(conf)
+    with spark_confs(spark, dict.fromkeys(CONFS, "false")):
+        yield
 
 
 def _query(catalog: str, s: str) -> str:

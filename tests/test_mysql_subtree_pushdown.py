@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import normalized
+from conftest import normalized, spark_confs
 
 CONFS = ("spark.htap.wholeQueryPushdown", "spark.sql.optimizer.datasourceV2JoinPushdown")
 
@@ -20,14 +20,8 @@ CONFS = ("spark.htap.wholeQueryPushdown", "spark.sql.optimizer.datasourceV2JoinP
 def _run(spark, query: str, ordered: bool, on: bool):
     """The query's rows with the strategy on (the default), or Spark's own answer: the strategy
     and DSv2 join pushdown off."""
-    if not on:
-        for conf in CONFS:
-            spark.conf.set(conf, "false")
-    try:
+    with spark_confs(spark, {} if on else dict.fromkeys(CONFS, "false")):
         rows = spark.sql(query).collect()
-    finally:
-        for conf in CONFS:
-            spark.conf.unset(conf)
     return [tuple(r) for r in rows] if ordered else normalized(rows)
 
 
