@@ -68,11 +68,12 @@ _SOURCE_SNAPSHOTS = (
 # Created on first use: where each separate source scan of a query read a source that cannot
 # share a snapshot between connections (MySQL/MariaDB): its own snapshot's position, so scans of
 # one query that saw different states are caught (`agree_source_read`).
-_SOURCE_READS = (
-    "query_source_reads (token TEXT NOT NULL, source TEXT NOT NULL, scan TEXT NOT NULL, attempt TEXT NOT NULL,"
+_SOURCE_READS_COLUMNS = (
+    "token TEXT NOT NULL, source TEXT NOT NULL, scan TEXT NOT NULL, attempt TEXT NOT NULL,"
     " what TEXT NOT NULL, seq BIGINT NOT NULL, position TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,"
-    " PRIMARY KEY (token, source, scan, attempt))"
+    " PRIMARY KEY (token, source, scan, attempt)"
 )
+_SOURCE_READS = f"query_source_reads ({_SOURCE_READS_COLUMNS})"
 
 _TABLES = [
     ("meta", "key TEXT PRIMARY KEY, value TEXT NOT NULL"),
@@ -114,7 +115,7 @@ _TABLES = [
     ),
     # New stores have it from `htap init` (a role may be granted it); older ones get it from the
     # driver on a query's first failover (fix_query_source_snapshot).
-    (_SOURCE_READS.split(" ", 1)[0], _SOURCE_READS.split(" ", 1)[1][1:-1]),
+    ("query_source_reads", _SOURCE_READS_COLUMNS),
 ]
 _INDEXES = [
     "CREATE INDEX IF NOT EXISTS deltas_by_table ON deltas (table_id, part, max_seq)",
