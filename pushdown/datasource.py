@@ -347,7 +347,15 @@ class HtapReader(DataSourceReader):
                              export=lambda: export_held_snapshot(str(cfg.path), source.name),
                              holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
             table = plan.table
-            if plan.route.target == ROUTE_REPLICA:
+            if plan.route.target == ROUTE_REPLICA and subplan.one_task:
+                # Every partition in one task and one DuckDB query: its aggregate, order and limit
+                # are final (even with no partition left after pruning: a global aggregate's row).
+                part = JoinedTablePart(table.id, f"{table.source}.{table.qualified_name}", table.arrow_schema_b64,
+                                       table.key, tuple(plan.reads))
+                self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), (part,), opts.pushed,
+                                                    opts.executor_metadata or str(cfg.metadata), cfg.window_s,
+                                                    cfg.object_store)]
+            elif plan.route.target == ROUTE_REPLICA:
                 self._partitions: list[InputPartition] = [
                     ReplicaPartition(
                         config=str(cfg.path),
@@ -367,7 +375,7 @@ class HtapReader(DataSourceReader):
             else:
                 # Key ranges as parallel tasks, only at a snapshot they all share (issue 14).
                 ranges = (source_ranges(source, table, opts.pushed, cfg.source_range_rows)
-                          if plan.source_snapshot else [opts.pushed])
+                          if plan.source_snapshot and not subplan.one_task else [opts.pushed])
                 agreement = _agreement(opts, cfg, source.name, plan.source_snapshot, table.qualified_name)
                 self._partitions = [
                     SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot, source, table,

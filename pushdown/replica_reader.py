@@ -202,12 +202,14 @@ def _plan_files(plan: ReadPlan) -> dict[str, str | None]:
 def read_joined(
     warehouse: Warehouse | Path, tables: list[JoinedTableRead], subplan: PushedSubplan, output_schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """A joined scan (or a pushed tree) in one DuckDB query: each table's current rows at the seq
-    (its partitions' reads, each with the table's own filters and columns) as a temporary view,
-    then the join with the aggregate, order and limit above it (htap.rewrite.render.joined_select),
-    or the tree over its leaves (htap.rewrite.tree)."""
-    reads = subplan.table_reads()
-    assert (subplan.join is not None or subplan.tree is not None) and len(reads) == len(tables)
+    """A joined scan (or a pushed tree, or a single table's scan in one task) in one DuckDB query:
+    each table's current rows at the seq (its partitions' reads, each with the table's own
+    filters and columns) as a temporary view, then the join with the aggregate, order and limit
+    above it (htap.rewrite.render.joined_select), the tree over its leaves (htap.rewrite.tree), or
+    the single table's aggregate, order and limit over all its partitions (`one_task`)."""
+    single = subplan.join is None and subplan.tree is None
+    reads = [(None, subplan.table_part().carrying_rows(tables[0].key[0]))] if single else subplan.table_reads()
+    assert (not single or subplan.one_task) and len(reads) == len(tables)
     warehouse = as_warehouse(warehouse)
     needed: dict[str, str | None] = {}
     for t in tables:
@@ -237,7 +239,10 @@ def read_joined(
                     parts.append(f"(SELECT * FROM __empty_{i})")
                 con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
                 views.append(exp.to_table(f"__table_{i}"))
-            if subplan.tree is not None:
+            if single:
+                top = dataclasses.replace(subplan, filters=(), where=()).carrying_rows(tables[0].key[0])
+                sql = render.select(top, views[0], tables[0].schema.names).sql("duckdb")
+            elif subplan.tree is not None:
                 sql = render_tree_over(subplan, views, [t.schema.names for t in tables]).sql("duckdb")
             else:
                 relations = [v.as_(render.table_alias(i), quoted=True) for i, v in enumerate(views)]

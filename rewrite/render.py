@@ -10,7 +10,7 @@ import datetime as dt
 
 from sqlglot import exp
 
-from htap.rewrite.subplan import Aggregate, Expr, Literal, Predicate, PushedSubplan, SortKey, SubplanError
+from htap.rewrite.subplan import Aggregate, Expr, Literal, Predicate, PushedSubplan, SortKey, SubplanError, decimal_type
 
 _CMP = {"eq": exp.EQ, "eq_null_safe": exp.NullSafeEQ, "gt": exp.GT, "ge": exp.GTE, "lt": exp.LT, "le": exp.LTE}
 
@@ -107,7 +107,8 @@ def _typed(node: exp.Expression, spark_type: str) -> exp.Expression:
 
 
 def _widened(node: exp.Expression, spark_type: str) -> exp.Expression:
-    scale = int(spark_type.rstrip(")").split(",")[1]) if spark_type.startswith("decimal(") else 0
+    decimal = decimal_type(spark_type)
+    scale = decimal[1] if decimal else 0
     return exp.Cast(this=exp.paren(node, copy=False), to=exp.DataType.build(f"DECIMAL(38, {scale})"))
 
 

@@ -31,6 +31,8 @@ Top-N and limit (Spark's SupportsPushDownTopN / Limit; per task unless the scan 
   "order": [{"expr": <vexpr>} | {"output": k}, "asc": bool, "nulls_first": bool}, ...]
   "limit": n                                                # k: position among the outputs
   "complete": true                                          # the aggregate is final (one task)
+  "one_task": true                  # a single table's scan read in one task: every partition in one
+                                    # query, its aggregate, order and limit final over all of them
 
 Joins pushed into one scan (Spark's SupportsPushDownJoin; catalog/java/.../JoinedTables.java):
   "join": {"tables": [{"table": "schema.name", "pushed": {"filters", "where", "columns"}}, ...],
@@ -190,6 +192,7 @@ class PushedSubplan:
     join: PushedJoin | None = None
     select: tuple[Expr, ...] = ()  # a joined scan's outputs when not aggregating
     tree: "PushedTree | None" = None  # a whole subtree of the query (one task)
+    one_task: bool = False  # a single table's scan in one task (catalog/java/.../JoinedTables.splitTable)
 
     def __post_init__(self):
         groups = tuple(Expr.column(g) if isinstance(g, str) else g for g in self.group_by)
@@ -233,7 +236,8 @@ class PushedSubplan:
 
     def without_top(self) -> "PushedSubplan":
         """The rows this subplan reads before grouping, ordering and limiting (a table's part)."""
-        return dataclasses.replace(self, group_by=(), aggregates=(), order=(), limit=None, complete=False)
+        return dataclasses.replace(self, group_by=(), aggregates=(), order=(), limit=None, complete=False,
+                                   one_task=False)
 
     def to_dict(self) -> dict:
         return self.raw
@@ -242,7 +246,7 @@ class PushedSubplan:
         """What a scan reads of its table before its own grouping, ordering and limit: its
         filters and the columns it needs (every referenced one when it aggregates)."""
         part = self.without_top()
-        if self.aggregating:
+        if self.aggregating or self.order:  # sort keys may name columns that are not outputs
             part = dataclasses.replace(part, columns=tuple(sorted(self.referenced_columns())))
         return part
 
@@ -268,7 +272,7 @@ class PushedSubplan:
     @classmethod
     def from_dict(cls, raw: dict) -> "PushedSubplan":
         unknown = set(raw) - {"columns", "filters", "group_by", "aggregates", "where", "order", "limit", "complete",
-                              "join", "select", "tree"}
+                              "join", "select", "tree", "one_task"}
         if unknown:
             raise SubplanError(f"pushed subplan has unknown keys {sorted(unknown)}")
         columns = raw.get("columns")
@@ -288,6 +292,7 @@ class PushedSubplan:
             join=_join(raw["join"]) if "join" in raw else None,
             select=tuple(_expr(e) for e in raw.get("select", [])),
             tree=_tree(raw["tree"]) if "tree" in raw else None,
+            one_task=bool(raw.get("one_task", False)),
         )
 
 

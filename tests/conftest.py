@@ -131,6 +131,15 @@ def normalized(rows) -> list[tuple]:
     return sorted((tuple(normalize(v) for v in r) for r in rows), key=repr)
 
 
+def tune(ws, **settings) -> None:
+    """Set replica keys in the workspace's htap.toml (they all exist there with defaults)."""
+    lines = []
+    for line in ws.config.read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        lines.append(f"{key} = {settings[key]!r}" if key in settings and "=" in line else line)
+    ws.config.write_text("\n".join(lines) + "\n")
+
+
 @contextlib.contextmanager
 def spark_confs(spark, values: dict[str, str]):
     """Spark SQL confs set for a block, then what was there before restored. Not `unset`: that

@@ -270,7 +270,7 @@ def test_service_splits_a_postgres_table_grown_tenfold_while_reads_stay_exact(wo
     before the splits included) always sees whole batches, a prefix of them, never a row twice;
     at the end the replica equals the source."""
     from htap.conf import load_config
-    from test_verify_data import tune
+    from conftest import tune
 
     ws, partition_rows, per_batch, batches = workspace, 100, 200, 9
     tune(ws, compaction_interval_s=0.2, partition_rows=partition_rows)

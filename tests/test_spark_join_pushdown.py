@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import normalized
+from conftest import normalized, tune
 
 PUSHDOWN = "spark.sql.optimizer.datasourceV2JoinPushdown"
 SUBTREE = "spark.htap.wholeQueryPushdown"
@@ -100,15 +100,6 @@ def test_pushed_joins_agree_with_spark_joining_itself(workspace, spark, catalog,
         assert got or "total < 0" in q, q  # every query but the last has rows
 
 
-def _tune(ws, **settings) -> None:
-    """Set replica keys in the workspace's htap.toml (they all exist there with defaults)."""
-    lines = []
-    for line in ws.config.read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        lines.append(f"{key} = {settings[key]!r}" if key in settings and "=" in line else line)
-    ws.config.write_text("\n".join(lines) + "\n")
-
-
 SPLIT = "spark.htap.splitJoinedScans"
 
 
@@ -119,7 +110,7 @@ def test_a_joined_scan_splits_only_when_it_buys_parallelism(workspace, spark, ca
     task reads the other tables whole and Spark merges partial aggregates: the answers are
     Spark's own either way."""
     ws = workspace
-    _tune(ws, partition_rows=200)  # `lines` (about 720 rows) in several partitions
+    tune(ws, partition_rows=200)  # `lines` (about 720 rows) in several partitions
     names = _tables(catalog, _make_shop(ws))
     assert len(ws.table("lines").layout.ids) > 1
     inner = [(text, ordered) for text, ordered in JOIN_QUERIES if "LEFT" not in text and "RIGHT" not in text]

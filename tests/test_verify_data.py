@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import tune
 from services import pg_dsn
 
 COLUMNS = """
@@ -30,15 +31,6 @@ ROWS = """
            g::bigint * 1000000007, round(g / 3.0, 6)
     FROM generate_series({lo}, {hi}) g
 """
-
-
-def tune(ws, **settings) -> None:
-    """Set replica keys in the workspace's htap.toml (they all exist there with defaults)."""
-    lines = []
-    for line in ws.config.read_text().splitlines():
-        key = line.split("=", 1)[0].strip()
-        lines.append(f"{key} = {settings[key]!r}" if key in settings and "=" in line else line)
-    ws.config.write_text("\n".join(lines) + "\n")
 
 
 def verify(ws, *args, check_rc=None):

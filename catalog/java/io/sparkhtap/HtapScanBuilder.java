@@ -254,9 +254,17 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     return t != null && joined.resolve(t.json) ? t : null;
   }
 
-  /** One task reads the whole joined scan: its aggregate, top-N and limit are final. */
+  /** One task reads the whole scan: its aggregate, top-N and limit are final. A joined scan by
+   *  its split rule; a single table's by JoinedTables.splitTable (it matters only when an
+   *  aggregate, top-N or limit is pushed: see {@link #oneTaskTable}). */
   private boolean oneTask() {
-    return joined.joined() && (Integer) joined.split()[0] < 0;
+    return (Integer) (joined.joined() ? joined.split() : JoinedTables.splitTable(stats))[0] < 0;
+  }
+
+  /** A single table read in one task, all its partitions in one DuckDB query (or one source
+   *  query): only worth it when something above the rows is pushed, which is then final. */
+  private boolean oneTaskTable() {
+    return !joined.joined() && (aggregationJson != null || orderJson != null || limit >= 0) && oneTask();
   }
 
   // --- aggregates -------------------------------------------------------------------------------
@@ -482,6 +490,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     }
     if (orderJson != null) json.set("order", orderJson);
     if (limit >= 0) json.put("limit", limit);
+    if (oneTaskTable()) json.put("one_task", true);
     try {
       return PushedJson.MAPPER.writeValueAsString(json);
     } catch (JsonProcessingException e) {
@@ -505,7 +514,11 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
           + "] pushed=" + pushed;
     } else {
       names.add(tableName);
-      description = "HtapScan " + tableName + " pushed=" + pushed;
+      String how = aggregationJson != null || orderJson != null || limit >= 0
+          ? " [" + JoinedTables.splitTable(stats)[1]
+              + (completeAggregation ? "; aggregate complete in the scan" : aggregationJson != null ? "; partial aggregate" : "") + "]"
+          : "";
+      description = "HtapScan " + tableName + how + " pushed=" + pushed;
     }
     boolean rowsKnown = aggregationJson == null && !joined.joined() && limit < 0;
     return new HtapScan(names, outputSchema, scanOptions, description, estimate(), rowsKnown);

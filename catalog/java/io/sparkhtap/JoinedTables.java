@@ -149,11 +149,7 @@ final class JoinedTables {
    */
   Object[] split() {
     if (!joined()) return new Object[] {-1, "one table"};
-    String mode = SQLConf.get().getConfString(SPLIT_CONF, "auto").trim().toLowerCase(java.util.Locale.ROOT);
-    if (!mode.equals("auto") && !mode.equals("true") && !mode.equals("false")) {
-      throw new IllegalArgumentException(SPLIT_CONF + " must be auto, true or false, not '" + mode
-          + "' (auto: split a joined scan by partitions only when the cluster's task slots make it pay)");
-    }
+    String mode = mode(SPLIT_CONF, "auto: split a joined scan by partitions only when the cluster's task slots make it pay");
     if (mode.equals("false")) return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + SPLIT_CONF + "=false"};
     int largest = -1;
     long largestBytes = -1;
@@ -206,6 +202,49 @@ final class JoinedTables {
     return new Object[] {-1, "one task (DuckDB on all of the task's threads): splitting by the partitions of "
         + leaves.get(largest).name + " would read the other tables in every task and buy no parallelism one task lacks; "
         + costs};
+  }
+
+  /** Spark conf for a single table's scan with a pushed aggregate, top-N or limit: "auto"
+   *  (default) reads it in one task unless the cost rule below says the cluster's task slots beat
+   *  one task; "true" always one task per partition (Spark then merges partial aggregates and
+   *  sorts again); "false" always one task. */
+  static final String TABLE_SPLIT_CONF = "spark.htap.splitTableScans";
+
+  /**
+   * How a single table's scan is split when an aggregate, top-N or limit is pushed into it: -1
+   * for one task, whose aggregate and top-N are then final (Spark plans no exchange and no final
+   * aggregate or sort of its own), or 0 for one task per partition; and why, for EXPLAIN. It is
+   * {@link #split}'s cost rule with no other tables (S = 0): with C task slots, E cores for one
+   * task and P partitions, one task per partition only when min(C, P) > E. On one machine
+   * (local mode: C = E) one task always wins: every task of a partitioned scan pays a Python task
+   * launch and the query a second stage, while one task runs DuckDB on all the cores.
+   * {@code stats} are the table's (row versions, bytes, partitions) from the catalog; without
+   * them (system tables) the scan stays split by partitions.
+   */
+  static Object[] splitTable(long[] stats) {
+    String mode = mode(TABLE_SPLIT_CONF,
+        "auto: read a table's aggregate, top-N or limit in one task unless the cluster's task slots make splitting pay");
+    if (mode.equals("true")) return new Object[] {0, "one task per partition (" + TABLE_SPLIT_CONF + "=true)"};
+    if (mode.equals("false")) return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + TABLE_SPLIT_CONF + "=false"};
+    long parts = stats != null && stats.length > 2 ? stats[2] : -1;
+    if (parts < 0) return new Object[] {0, "one task per partition: the table's partitions are not known"};
+    if (parts <= 1) return new Object[] {-1, "one task: the table has one partition"};
+    int[] cores = cores();
+    String costs = String.format(java.util.Locale.ROOT, "%d partitions, %d task slots, %d cores for one task", parts, cores[0], cores[1]);
+    if (Math.min(cores[0], parts) > cores[1]) {
+      return new Object[] {0, "one task per partition: " + costs + " (more slots than one task's cores)"};
+    }
+    return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + costs
+        + "; one task per partition would buy no parallelism one task lacks"};
+  }
+
+  /** A split conf's value, lower-cased; an IllegalArgumentException naming the choices if bad. */
+  private static String mode(String conf, String meaning) {
+    String mode = SQLConf.get().getConfString(conf, "auto").trim().toLowerCase(java.util.Locale.ROOT);
+    if (!mode.equals("auto") && !mode.equals("true") && !mode.equals("false")) {
+      throw new IllegalArgumentException(conf + " must be auto, true or false, not '" + mode + "' (" + meaning + ")");
+    }
+    return mode;
   }
 
   /** {task slots of the cluster, cores one task's DuckDB uses}: in local mode both are the local
