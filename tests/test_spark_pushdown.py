@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import normalized, wait_until
+from conftest import normalized, spark_confs, wait_until
 
 
 @pytest.fixture
@@ -210,13 +210,17 @@ def test_expressions_are_pushed_and_agree_with_spark_itself(workspace, spark, ca
     plain = spark.createDataFrame(spark.table(t).toPandas(), schema=spark.table(t).schema)
     plain.createOrReplaceTempView("items_plain")
     try:
-        for q in EXPRESSION_QUERIES:
-            plan = spark.sql("EXPLAIN " + q.format(t=t)).collect()[0][0]
-            pushed = plan[plan.index("pushed="):]
-            assert '"aggregates"' in pushed and '"op"' in pushed, plan  # expressions computed in the reader
-            got = normalized(spark.sql(q.format(t=t)).collect())
-            assert last_scan(ws).route == route
-            assert got == normalized(spark.sql(q.format(t="items_plain")).collect()), q
+        # One task (its aggregate complete), and one task per partition: partial sums Spark merges.
+        for split in ("auto", "true"):
+            with spark_confs(spark, {"spark.htap.splitTableScans": split}):
+                for q in EXPRESSION_QUERIES:
+                    plan = spark.sql("EXPLAIN " + q.format(t=t)).collect()[0][0]
+                    pushed = plan[plan.index("pushed="):]
+                    assert '"aggregates"' in pushed and '"op"' in pushed, plan  # expressions computed in the reader
+                    assert ('"complete":true' in pushed) == (split == "auto"), plan
+                    got = normalized(spark.sql(q.format(t=t)).collect())
+                    assert last_scan(ws).route == route
+                    assert got == normalized(spark.sql(q.format(t="items_plain")).collect()), (split, q)
         for q in PARTLY_PUSHABLE_QUERIES:
             got = normalized(spark.sql(q.format(t=t)).collect())
             assert got and got == normalized(spark.sql(q.format(t="items_plain")).collect()), q

@@ -14,8 +14,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import tune
 from mysql_support import my_connect
-from test_verify_data import _holds, load_warehouse, tune, verify
+from test_verify_data import _holds, load_warehouse, verify
 
 COLUMNS = """
     id int PRIMARY KEY, name varchar(40), amount decimal(12,2), at timestamp(3) NULL, local datetime(6), day date,
