@@ -15,6 +15,7 @@ import org.apache.spark.sql.connector.expressions.SortDirection;
 import org.apache.spark.sql.connector.expressions.SortOrder;
 import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
 import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.aggregate.Avg;
 import org.apache.spark.sql.connector.expressions.aggregate.Count;
 import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
 import org.apache.spark.sql.connector.expressions.aggregate.Max;
@@ -67,6 +68,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   private ObjectNode aggregationJson;
   private Aggregation pushedAggregation;
   private boolean completeAggregation;
+  private boolean averageSplit;  // Spark offered an AVG as complete (see supportCompletePushDown)
   private ArrayNode orderJson;
   private int limit = -1;
 
@@ -269,10 +271,21 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
 
   // --- aggregates -------------------------------------------------------------------------------
 
+  /**
+   * Complete when the scan is one task and every function is one the reader computes exactly as
+   * Spark's final value. A single table's AVG is not: Spark then splits it into SUM and COUNT and
+   * asks again, and that split stays partial too, so Spark keeps its own Aggregate with the AVG
+   * above the scan, as before single tables were read in one task (the whole-subtree strategy
+   * renders such an AVG exactly; a Project dividing complete sums is something it does not take).
+   */
   @Override
   public boolean supportCompletePushDown(Aggregation aggregation) {
-    if (!oneTask()) return false;
+    if (!oneTask() || averageSplit) return false;
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
+      if (f instanceof Avg && !joined.joined()) {
+        averageSplit = true;
+        return false;
+      }
       boolean ok = f instanceof CountStar || f instanceof Count || f instanceof Min || f instanceof Max
           || (f instanceof Sum && !((Sum) f).isDistinct());
       if (!ok) return false;
