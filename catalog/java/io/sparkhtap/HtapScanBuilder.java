@@ -264,9 +264,12 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   }
 
   /** A single table read in one task, all its partitions in one DuckDB query (or one source
-   *  query): only worth it when something above the rows is pushed, which is then final. */
+   *  query): only worth it when what is pushed above the rows is then final — a complete
+   *  aggregate, or a top-N or limit without one (a partial aggregate, AVG's, keeps one task per
+   *  partition). */
   private boolean oneTaskTable() {
-    return !joined.joined() && (aggregationJson != null || orderJson != null || limit >= 0) && oneTask();
+    boolean finalTop = aggregationJson != null ? completeAggregation : orderJson != null || limit >= 0;
+    return !joined.joined() && finalTop && oneTask();
   }
 
   // --- aggregates -------------------------------------------------------------------------------
@@ -527,10 +530,14 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
           + "] pushed=" + pushed;
     } else {
       names.add(tableName);
-      String how = aggregationJson != null || orderJson != null || limit >= 0
-          ? " [" + JoinedTables.splitTable(stats)[1]
-              + (completeAggregation ? "; aggregate complete in the scan" : aggregationJson != null ? "; partial aggregate" : "") + "]"
-          : "";
+      String reason = (String) JoinedTables.splitTable(stats)[1];
+      String how = "";
+      if (oneTaskTable()) {
+        how = " [" + reason + (completeAggregation ? "; aggregate complete in the scan" : "") + "]";
+      } else if (aggregationJson != null || orderJson != null || limit >= 0) {
+        how = " [" + (oneTask() ? "one task per partition: Spark finishes an AVG from partial sums and counts" : reason)
+            + (aggregationJson != null ? "; partial aggregate" : "") + "]";
+      }
       description = "HtapScan " + tableName + how + " pushed=" + pushed;
     }
     boolean rowsKnown = aggregationJson == null && !joined.joined() && limit < 0;
