@@ -73,6 +73,8 @@ QUERIES = [
     ("SELECT k, avg(v), count(v) FROM {a} WHERE k IN (SELECT k FROM {c}) GROUP BY k", False),
     ("SELECT avg(v) FROM {a} WHERE k IN (SELECT k FROM {b} WHERE k > 100)", False),  # no rows: NULL
     ("SELECT a.id FROM {a} a WHERE a.v > (SELECT avg(v) FROM {a} WHERE k IN (SELECT k FROM {b}))", False),
+    # a decimal cast to a smaller scale: rounded HALF_UP (v = seq * 1.37 - 20 has ties, both signs)
+    ("SELECT id, CAST(v AS DECIMAL(16,1)) FROM {a} WHERE k IN (SELECT k FROM {c})", False),
 ]
 
 
@@ -94,6 +96,7 @@ def test_pushed_trees_agree_with_spark_on_mariadb(my_workspace, spark, my_catalo
         for shape, operator in (("FULL JOIN", "FULL OUTER JOIN"), ("LEFT JOIN", "LEFT OUTER JOIN"),
                                 ("LIMIT", "TopN"), ("avg(", "AVG")):
             assert shape not in text or operator in pushed, (q, operator, plan)  # in the one source statement
+        assert "DECIMAL(16,1)" not in text or '"op":"cast","type":"decimal(16,1)"' in scans[0], (q, plan)
         got = _run(spark, q, ordered, on=True)
         with ws.store() as store:  # the tree ran where the route says (a is in every query)
             assert store.recent_scans(ws.table("a").id, 1)[0].route == route, q
