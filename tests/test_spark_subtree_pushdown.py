@@ -74,7 +74,7 @@ KEY_QUERIES = [
     "SELECT a.id, c.k FROM {a} a JOIN {c} c ON a.id = c.id WHERE a.k NOT IN (SELECT k FROM {b} WHERE w = 2)",
     "SELECT a.id, c.k FROM {a} a JOIN {c} c ON a.id = c.id WHERE a.k NOT IN (SELECT k FROM {b} WHERE k IS NOT NULL)",
     "SELECT a.name, count(*) FROM {a} a JOIN {c} c ON a.k = c.k WHERE EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k"
-    " AND b.w <> a.id % 3) AND NOT EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k AND b.id > a.id) GROUP BY a.name",
+    " AND b.w <> a.id - 40) AND NOT EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k AND b.id > a.id) GROUP BY a.name",
 ]
 
 
