@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from htap import engine
 from htap.replica import dv as dvs
+from htap.replica import keyindex
 from htap.errors import NoSuchTableError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
@@ -162,7 +163,8 @@ def write_partitioned(
     store: MetadataStore | None = None,
 ) -> list[NewDelta]:
     """One delta per partition that `data` touches. With `live` (a partition's live deltas:
-    relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv); `locks`
+    relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv),
+    found with the partition's key index (htap.replica.keyindex), made to cover `live` first; `locks`
     then holds each partition's writer lock, taken before `live` is asked, until the caller has
     committed the deltas. Partial updates (unchanged TOAST) are then completed from the
     versions they update, so reads never fill columns.
@@ -178,6 +180,7 @@ def write_partitioned(
     splits = decode_bounds(layout.bounds_b64)
     out = []
     key = list(table.key)
+    key_schema = pa.schema([table.arrow_schema.field(k) for k in key])
     for index, rows in split_by_partition(data, table.key[0], splits):
         part = layout.ids[index]
         entries = complete = None
@@ -185,15 +188,30 @@ def write_partitioned(
             if locks is not None:
                 locks.enter_context(partition_lock(warehouse, table, part))
             older = _files(live(part))
+            keys = keyindex.of(warehouse.lock_dir(partition_dir(table, part)), key_schema)
 
-            def entries(rel: str, sorted_rows: pa.Table, older=older) -> pa.Table:
-                with warehouse.local(older) as root:
-                    return pa.concat_tables([dvs.within(sorted_rows, key, rel),
-                                             dvs.superseded(sorted_rows, key, root, list(older))])
+            def current(keys=keys, older=older) -> keyindex.KeyIndex:
+                """The partition's index, made to cover exactly its live deltas (htap.replica.keyindex)."""
+                need = keys.missing(list(older))
+                if need:
+                    with warehouse.local({p: older[p] for p in need}) as root:
+                        keys.sync(root, list(older))
+                return keys
 
-            def complete(sorted_rows: pa.Table, older=older) -> pa.Table:
-                with warehouse.local(older) as root:
-                    return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(older))
+            def entries(rel: str, sorted_rows: pa.Table, keys=keys) -> pa.Table:
+                with keys.lock:
+                    found, _ = current().supersede(sorted_rows, rel)
+                return pa.concat_tables([dvs.within(sorted_rows, key, rel), found.cast(dvs.ENTRIES)])
+
+            def complete(sorted_rows: pa.Table, keys=keys, older=older) -> pa.Table:
+                # Only the deltas holding the newest older version of a partially updated key.
+                partial = sorted_rows.filter(pc.not_equal(sorted_rows.column(UNSET_MASK), 0)).select(key)
+                first, _ = keyindex.newest_per_key(partial, key)
+                with keys.lock:
+                    targets, _, _ = current().where(partial.take(pa.array(first)).cast(key_schema))
+                holding = {p: older[p] for p in sorted(set(targets.to_pylist()))}
+                with warehouse.local(holding) as root:
+                    return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(holding))
         out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete if live is not None else None))
     return out
 
