@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap import engine
+from htap.replica import keyindex
 from htap.replica.models import OP, SEQ, UNSET_MASK
 
 log = logging.getLogger(__name__)
@@ -68,15 +69,9 @@ def _files_sql(files: list[str]) -> str:
 
 def within(data: pa.Table, key: list[str], rel: str) -> pa.Table:
     """Entries of versions superseded inside one key-sorted (key ASC, seq DESC) table."""
-    n = data.num_rows
-    if n < 2:
+    if data.num_rows < 2:
         return ENTRIES.empty_table()
-    same = None
-    for k in key:
-        col = data.column(k).combine_chunks()
-        eq = pc.equal(col.slice(1), col.slice(0, n - 1))
-        same = eq if same is None else pc.and_(same, eq)
-    rows = np.flatnonzero(same.to_numpy(zero_copy_only=False)) + 1
+    rows = np.flatnonzero(keyindex.same_as_previous(data, key)) + 1
     seqs = data.column(SEQ).to_numpy()[rows - 1]
     return pa.table({"target": _repeat(rel, len(rows)), "row": pa.array(rows, pa.int64()),
                      "seq": pa.array(seqs, pa.int64())}, schema=ENTRIES)

@@ -86,16 +86,23 @@ def _equal(a: pa.Table, b: pa.Table) -> np.ndarray:
     return same
 
 
+def same_as_previous(data: pa.Table, columns: list[str]) -> np.ndarray:
+    """For rows 1..n-1 of `data`: whether the row equals the one before it in `columns` (NaN
+    equals NaN, as in the merge's grouping)."""
+    n = data.num_rows
+    if n < 2:
+        return np.zeros(0, dtype=bool)
+    cols = data.select(columns)
+    return _equal(cols.slice(1), cols.slice(0, n - 1))
+
+
 def newest_per_key(data: pa.Table, key: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """For a key-sorted (key ASC, seq DESC) table: the row of each key's first (newest) and last
     (oldest) version."""
     n = data.num_rows
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    same = np.ones(n - 1, dtype=bool)
-    for k in key:
-        col = data.column(k)
-        same &= _equal(pa.table({k: col.slice(1)}), pa.table({k: col.slice(0, n - 1)}))
+    same = same_as_previous(data, key)
     starts = np.concatenate([[0], np.flatnonzero(~same) + 1]).astype(np.int64)
     ends = np.concatenate([starts[1:] - 1, [n - 1]]).astype(np.int64)
     return starts, ends
