@@ -43,8 +43,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * the new scan takes over. Its leaves are counted with those of the uncorrelated scalar
  * subqueries it carries (TPC-H Q11: one DSv2-joined scan, and another in its HAVING's subquery);
  * a subtree of one scan is left alone (DSv2 already pushes into it, in parallel) unless that scan
- * is one task with a complete aggregate and the tree adds work Spark would do above it
- * ({@link #oneLeafPays}); the whole tree runs as one task. On by default; {@code
+ * is one task with a complete aggregate and the tree sorts it ({@link #oneLeafPays}); the whole
+ * tree runs as one task. On by default; {@code
  * spark.htap.wholeQueryPushdown=false} turns it off (each scan is then planned on its own, joins
  * pushed through DSv2 where Spark offers them).
  */
@@ -89,11 +89,12 @@ public class HtapSubtreeStrategy extends SparkStrategy {
   /**
    * Whether a tree over ONE scan (its scalar subqueries read none) is worth taking: only when
    * that scan is already one task whose aggregate is complete (so no parallelism is lost) and the
-   * tree does more than rename columns. The case that pays is a global ORDER BY over such a scan
-   * (TPC-H Q5, Q7, Q9, Q12): Spark sorts it through a range-partitioning exchange, whose sampling
-   * job runs the scan's whole query once more before the shuffle runs it again; in the tree the
-   * ORDER BY is part of the one query. A scan with a partial aggregate or none (several tasks)
-   * stays with Spark, which merges or reads it in parallel.
+   * tree sorts it. That is the case measured to pay: a global ORDER BY over such a scan (TPC-H
+   * Q5, Q7, Q9, Q12) is, in Spark, a range-partitioning exchange whose sampling job runs the
+   * scan's whole query once more before the shuffle runs it again; in the tree the ORDER BY is
+   * part of the one query. Other work above one scan (a projection, a HAVING filter, an AVG's
+   * division) costs Spark little and stays there; a scan with a partial aggregate or none
+   * (several tasks) stays with Spark, which merges or reads it in parallel.
    */
   static boolean oneLeafPays(SubtreeJson t) {
     String pushed = ((HtapScan) t.leaves.get(0).scan()).catalogOptions().get("pushed");
@@ -102,10 +103,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     } catch (JsonProcessingException e) {
       return false;
     }
-    for (String op : t.operators) {
-      if (!op.equals("Project")) return true;
-    }
-    return false;
+    return t.operators.contains("Sort");
   }
 
   /**
