@@ -73,6 +73,10 @@ QUERIES = [
     ("SELECT k, avg(v), count(v) FROM {a} WHERE k IN (SELECT k FROM {c}) GROUP BY k", False),
     ("SELECT avg(v) FROM {a} WHERE k IN (SELECT k FROM {b} WHERE k > 100)", False),  # no rows: NULL
     ("SELECT a.id FROM {a} a WHERE a.v > (SELECT avg(v) FROM {a} WHERE k IN (SELECT k FROM {b}))", False),
+    # semi/anti joins Spark pushes below the inner join (TPC-H Q21's shape), rendered in one flat SELECT
+    ("SELECT a.id, c.k FROM {a} a JOIN {c} c ON a.id = c.id WHERE a.k NOT IN (SELECT k FROM {b} WHERE w = 2)", False),
+    ("SELECT a.name, count(*) FROM {a} a JOIN {c} c ON a.k = c.k WHERE EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k"
+     " AND b.w <> a.id - 40) AND NOT EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k AND b.id > a.id) GROUP BY a.name", False),
 ]
 
 

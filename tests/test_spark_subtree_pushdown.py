@@ -69,6 +69,12 @@ KEY_QUERIES = [
     "SELECT id, v FROM {a} WHERE v > (SELECT sum(w) FROM {b}) AND id NOT IN (SELECT id FROM {c})",
     "SELECT a.id, x.n FROM {a} a JOIN (SELECT k, count(*) AS n FROM {b} GROUP BY k) x ON a.k = x.k",
     "SELECT a.name, max(b.w) FROM {a} a FULL JOIN {b} b ON a.id = b.id GROUP BY a.name",
+    # Spark pushes these semi/anti joins below the inner join (TPC-H Q21's shape); rendered flat
+    "SELECT a.id, c.k FROM {a} a JOIN {c} c ON a.id = c.id WHERE NOT EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k)",
+    "SELECT a.id, c.k FROM {a} a JOIN {c} c ON a.id = c.id WHERE a.k NOT IN (SELECT k FROM {b} WHERE w = 2)",
+    "SELECT a.id, c.k FROM {a} a JOIN {c} c ON a.id = c.id WHERE a.k NOT IN (SELECT k FROM {b} WHERE k IS NOT NULL)",
+    "SELECT a.name, count(*) FROM {a} a JOIN {c} c ON a.k = c.k WHERE EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k"
+    " AND b.w <> a.id - 40) AND NOT EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k AND b.id > a.id) GROUP BY a.name",
 ]
 
 
