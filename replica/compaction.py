@@ -111,7 +111,7 @@ def merge(
         log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
         return None
     # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
-    # those of the whole partition as it is now, including deltas written since the merge began.
+    # computed against the partition as it is now, including deltas written since the merge began.
     with partition_lock(warehouse, table, part):
         live = store.deltas(table.id, part)
         gone = {d.id for d in inputs} - {d.id for d in live}

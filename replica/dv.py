@@ -20,7 +20,7 @@ older live deltas) is answered by the partition's key index (htap.replica.keyind
 writing process's memory and rebuilt from the deltas whenever it does not cover exactly the live
 deltas, so it needs no crash recovery of its own. `superseded` answers the same question by
 scanning the deltas' key columns (a join on the new keys with DuckDB): the index's reference in
-tests. Compaction recomputes the entries of the whole partition (`rebuild`) for its output.
+tests. Compaction recomputes the entries of the keys its output holds (`rebuild`).
 Checkpoints and compactions of one partition serialize on a file lock, so a compaction never
 misses what a concurrent checkpoint superseded.
 
@@ -146,9 +146,18 @@ def complete(data: pa.Table, key: list[str], columns: list[str], root: Path, liv
 
 
 def rebuild(data: pa.Table, rel: str, key: list[str], root: Path, others: list[str]) -> pa.Table:
-    """Every entry of a partition whose live deltas are `others` (relative paths) plus `data`
-    (a key-sorted delta about to be written at `rel`): for each version, the seq of the key's
-    next newer version, if any. Used for compaction outputs."""
+    """The entries a compaction output needs, for a partition whose live deltas will be `others`
+    (relative paths) plus `data` (a key-sorted delta about to be written at `rel`): for each
+    version of a key that `data` holds, in any of them, the seq of the key's next newer version,
+    if any.
+
+    Keys `data` does not hold are left out (a scan of the others' key columns, not a sort of all
+    their versions): the merge changed none of their versions (a tier merge moves versions
+    without dropping any; a base merge's inputs are older than every other delta, so it can fold
+    away a key's versions without making two versions in others adjacent that were not), and
+    each of their entries is already held by a live delta holding the key — the one holding the
+    superseding version (a checkpoint records the version it supersedes) or, since a compaction
+    moved one of the two, that compaction's output (it restated all entries of its keys)."""
     keys = ", ".join(_q(k) for k in key)
     prefix = str(root) + os.sep
     con = engine.cursor()
@@ -159,7 +168,7 @@ def rebuild(data: pa.Table, rel: str, key: list[str], root: Path, others: list[s
         if others:
             parts.append(
                 f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS target, file_row_number::BIGINT AS row"
-                f" FROM {_files_sql([prefix + p for p in others])}"
+                f" FROM {_files_sql([prefix + p for p in others])} SEMI JOIN (SELECT DISTINCT {keys} FROM fresh) USING ({keys})"
             )
         return con.sql(
             f"SELECT target, row, newer AS seq FROM (SELECT target, row, lag({_q(SEQ)}) OVER"

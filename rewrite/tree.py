@@ -31,7 +31,7 @@ from htap.rewrite import render
 from htap.rewrite.subplan import Expr, PushedSubplan, PushedTree, SortKey, SubplanError, TreeNode, decimal_type
 
 _AGGREGATES = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Max}
-_JOINS = {"inner": "inner", "left": "left", "right": "right", "full": "full", "cross": "cross"}
+_OUTER_JOINS = {"left": "left", "right": "right", "full": "full"}  # the joins that stay derived tables
 
 
 def render_tree(tree: PushedTree, leaf_query: Callable[[int], exp.Select]) -> exp.Select:
@@ -158,8 +158,8 @@ class _Renderer:
         q = _select(outputs).from_(lq, copy=False)
         if node.cond is None:
             raise SubplanError(f"a pushed {node.join_type} join has no condition")
-        return q.join(rq, on=exp.paren(self.expr(node.cond, sides), copy=False), join_type=_JOINS[node.join_type],
-                      copy=False)
+        on = exp.paren(self.expr(node.cond, sides), copy=False)
+        return q.join(rq, on=on, join_type=_OUTER_JOINS[node.join_type], copy=False)
 
     def expr(self, e: Expr, cols: dict[str, exp.Expression] | None = None) -> exp.Expression:
         """A tree expression: render.expr, with aggregates and subqueries put in place of
