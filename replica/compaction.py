@@ -29,7 +29,8 @@ from htap.conf import HtapConfig
 from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError, WarehouseError
 from htap.observe import COMPACTION_SECONDS
 from htap.replica import dv as dvs
-from htap.replica.deltas import delete_delta_files, partition_lock, write_delta
+from htap.replica import keyindex
+from htap.replica.deltas import delete_delta_files, partition_dir, partition_lock, write_delta
 from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
 from htap.replica.manifest import write_manifest
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
@@ -110,7 +111,7 @@ def merge(
         log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
         return None
     # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
-    # those of the whole partition as it is now, including deltas written since the merge began.
+    # computed against the partition as it is now, including deltas written since the merge began.
     with partition_lock(warehouse, table, part):
         live = store.deltas(table.id, part)
         gone = {d.id for d in inputs} - {d.id for d in live}
@@ -128,12 +129,34 @@ def merge(
         if not store.replace_deltas(table.id, inputs, [new]):
             delete_delta_files(warehouse, new.path)
             return None
+        _swap_in_index(warehouse, table, part, live, inputs, others, new.path, data)
     write_manifest(warehouse, store, table.source)  # before garbage collection may delete the inputs
     log.info(
         "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
         kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
     )
     return next(d for d in store.deltas(table.id, part) if d.path == new.path)
+
+
+def _swap_in_index(warehouse: Warehouse, table: TableInfo, part: int, live: list[Delta], inputs: list[Delta],
+                   others: list[Delta], added: str, data) -> None:
+    """Keep this process's key index of the partition current across the swap (htap.replica.keyindex),
+    if it was current before it. In place only where that is exact: a tier merge keeps every
+    version of its inputs; a base merge folds some away, which is exact only if every other live
+    delta is newer than all its inputs (then no key's newest version can fall back to an older
+    delta). Otherwise the index is dropped: the next checkpoint rebuilds it."""
+    folder = warehouse.lock_dir(partition_dir(table, part))
+    index = keyindex.peek(folder)
+    if index is None:
+        return
+    with index.lock:
+        if not (index.built and index.covers == {d.path for d in live}):
+            return  # not current: its next use rebuilds or catches it up anyway
+        newest_input = max(d.max_seq for d in inputs)
+        if data.num_rows != sum(d.rows for d in inputs) and not all(o.min_seq > newest_input for o in others):
+            keyindex.forget(folder)
+            return
+        index.replace([d.path for d in inputs], added, data)
 
 
 def _merged(root: Path, warehouse: Warehouse, store: MetadataStore, table: TableInfo, inputs: list[Delta],

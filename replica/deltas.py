@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from htap import engine
 from htap.replica import dv as dvs
+from htap.replica import keyindex
 from htap.errors import NoSuchTableError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
@@ -42,7 +43,22 @@ def sort_versions(data: pa.Table, key: list[str]) -> pa.Table:
 
     Within one transaction a key can change several times; its last change is its state at
     that seq. (A partial update followed by more changes in one transaction keeps the last.)
+    Arrow's sort (key ASC, seq DESC, arrival DESC) then the first row of each (key, seq): the
+    same order as DuckDB's (bytes for strings, NaN last), 5-7x faster than a window in SQL on
+    a 1M-row bulk change; key types Arrow cannot sort take the SQL.
     """
+    try:
+        order = pc.sort_indices(data, sort_keys=[(k, "ascending") for k in key] + [(SEQ, "descending"), (ORD, "descending")])
+    except pa.ArrowNotImplementedError:
+        return _sort_versions_sql(data, key)
+    data = data.take(order).drop_columns([ORD])
+    same = keyindex.same_as_previous(data, [*key, SEQ])
+    if same.any():
+        data = data.filter(pa.array(np.concatenate([[True], ~same])))
+    return data
+
+
+def _sort_versions_sql(data: pa.Table, key: list[str]) -> pa.Table:
     con = engine.cursor(exact_floats=engine.has_floats(data.schema))
     try:
         con.register("batch", data)
@@ -132,14 +148,7 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
 
 def _unique_sorted_keys(data: pa.Table, key: list[str]) -> bool:
     """Whether a key-sorted table has at most one row per key (no two adjacent rows share it)."""
-    if data.num_rows < 2:
-        return True
-    same = None
-    for k in key:
-        col = data.column(k).combine_chunks()
-        eq = pc.equal(col.slice(1), col.slice(0, len(col) - 1))
-        same = eq if same is None else pc.and_(same, eq)
-    return not pc.any(same).as_py()
+    return not keyindex.same_as_previous(data, key).any()
 
 
 def delete_delta_files(warehouse: Warehouse | Path, rel: str) -> None:
@@ -162,7 +171,8 @@ def write_partitioned(
     store: MetadataStore | None = None,
 ) -> list[NewDelta]:
     """One delta per partition that `data` touches. With `live` (a partition's live deltas:
-    relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv); `locks`
+    relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv),
+    found with the partition's key index (htap.replica.keyindex), made to cover `live` first; `locks`
     then holds each partition's writer lock, taken before `live` is asked, until the caller has
     committed the deltas. Partial updates (unchanged TOAST) are then completed from the
     versions they update, so reads never fill columns.
@@ -178,6 +188,7 @@ def write_partitioned(
     splits = decode_bounds(layout.bounds_b64)
     out = []
     key = list(table.key)
+    key_schema = pa.schema([table.arrow_schema.field(k) for k in key])
     for index, rows in split_by_partition(data, table.key[0], splits):
         part = layout.ids[index]
         entries = complete = None
@@ -185,15 +196,30 @@ def write_partitioned(
             if locks is not None:
                 locks.enter_context(partition_lock(warehouse, table, part))
             older = _files(live(part))
+            keys = keyindex.of(warehouse.lock_dir(partition_dir(table, part)), key_schema)
 
-            def entries(rel: str, sorted_rows: pa.Table, older=older) -> pa.Table:
-                with warehouse.local(older) as root:
-                    return pa.concat_tables([dvs.within(sorted_rows, key, rel),
-                                             dvs.superseded(sorted_rows, key, root, list(older))])
+            def current(keys=keys, older=older) -> keyindex.KeyIndex:
+                """The partition's index, made to cover exactly its live deltas (htap.replica.keyindex)."""
+                need = keys.missing(list(older))
+                if need:
+                    with warehouse.local({p: older[p] for p in need}) as root:
+                        keys.sync(root, list(older))
+                return keys
 
-            def complete(sorted_rows: pa.Table, older=older) -> pa.Table:
-                with warehouse.local(older) as root:
-                    return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(older))
+            def entries(rel: str, sorted_rows: pa.Table, keys=keys) -> pa.Table:
+                with keys.lock:
+                    found, _ = current().supersede(sorted_rows, rel)
+                return pa.concat_tables([dvs.within(sorted_rows, key, rel), found.cast(dvs.ENTRIES)])
+
+            def complete(sorted_rows: pa.Table, keys=keys, older=older) -> pa.Table:
+                # Only the deltas holding the newest older version of a partially updated key.
+                partial = sorted_rows.filter(pc.not_equal(sorted_rows.column(UNSET_MASK), 0)).select(key)
+                first, _ = keyindex.newest_per_key(partial, key)
+                with keys.lock:
+                    targets, _, _ = current().where(partial.take(pa.array(first)).cast(key_schema))
+                holding = {p: older[p] for p in sorted(set(targets.to_pylist()))}
+                with warehouse.local(holding) as root:
+                    return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(holding))
         out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete if live is not None else None))
     return out
 

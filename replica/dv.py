@@ -15,11 +15,14 @@ exact. Entries that name retired deltas are ignored; an entry whose superseding 
 folded away by a base compaction is still right for every readable seq (the fold happened at or
 below the window's low end).
 
-The key -> (delta, row) lookup a checkpoint needs is answered by the partition's deltas
-themselves (sorted by key; a join on the new keys with DuckDB), so there is no separate index to
-keep consistent or rebuild after a crash; compaction recomputes the entries of the whole
-partition (`rebuild`) for its output. Checkpoints and compactions of one partition serialize on a
-file lock, so a compaction never misses what a concurrent checkpoint superseded.
+The key -> (delta, row) lookup a checkpoint needs (each key's newest version in the partition's
+older live deltas) is answered by the partition's key index (htap.replica.keyindex), kept in the
+writing process's memory and rebuilt from the deltas whenever it does not cover exactly the live
+deltas, so it needs no crash recovery of its own. `superseded` answers the same question by
+scanning the deltas' key columns (a join on the new keys with DuckDB): the index's reference in
+tests. Compaction recomputes the entries of the keys its output holds (`rebuild`).
+Checkpoints and compactions of one partition serialize on a file lock, so a compaction never
+misses what a concurrent checkpoint superseded.
 
 Every function here reads local files: `root` is a folder in which `<root>/<relative path>` is
 each file (htap.replica.warehouse.Warehouse.local), and entries name deltas by relative path.
@@ -41,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap import engine
+from htap.replica import keyindex
 from htap.replica.models import OP, SEQ, UNSET_MASK
 
 log = logging.getLogger(__name__)
@@ -65,15 +69,9 @@ def _files_sql(files: list[str]) -> str:
 
 def within(data: pa.Table, key: list[str], rel: str) -> pa.Table:
     """Entries of versions superseded inside one key-sorted (key ASC, seq DESC) table."""
-    n = data.num_rows
-    if n < 2:
+    if data.num_rows < 2:
         return ENTRIES.empty_table()
-    same = None
-    for k in key:
-        col = data.column(k).combine_chunks()
-        eq = pc.equal(col.slice(1), col.slice(0, n - 1))
-        same = eq if same is None else pc.and_(same, eq)
-    rows = np.flatnonzero(same.to_numpy(zero_copy_only=False)) + 1
+    rows = np.flatnonzero(keyindex.same_as_previous(data, key)) + 1
     seqs = data.column(SEQ).to_numpy()[rows - 1]
     return pa.table({"target": _repeat(rel, len(rows)), "row": pa.array(rows, pa.int64()),
                      "seq": pa.array(seqs, pa.int64())}, schema=ENTRIES)
@@ -85,7 +83,8 @@ def _repeat(text: str, n: int) -> pa.Array:
 
 def superseded(data: pa.Table, key: list[str], root: Path, live: list[str]) -> pa.Table:
     """Entries for the newest version, in the `live` deltas (relative paths), of every key of
-    `data`, superseded at the oldest seq `data` has for the key."""
+    `data`, superseded at the oldest seq `data` has for the key. A scan of every live delta:
+    checkpoints ask the key index instead (htap.replica.keyindex), which must answer the same."""
     if not live or data.num_rows == 0:
         return ENTRIES.empty_table()
     keys = ", ".join(_q(k) for k in key)
@@ -110,7 +109,8 @@ def superseded(data: pa.Table, key: list[str], root: Path, live: list[str]) -> p
 def complete(data: pa.Table, key: list[str], columns: list[str], root: Path, live: list[str]) -> pa.Table:
     """`data` (key-sorted versions) with every partial update completed: a column it did not
     carry takes the value of the key's newest older version that carried it — in `data`, or the
-    key's newest version in the `live` deltas (relative paths). Columns no version carried stay
+    key's newest version in the `live` deltas (relative paths; checkpoints pass only those the
+    key index names as holding a partially updated key's newest version). Columns no version carried stay
     unset (their bit kept: reads of the partition then merge). The merge's own fill, at write time."""
     keys = ", ".join(_q(k) for k in key)
     bit = {c: i for i, c in enumerate(columns)}
@@ -146,9 +146,18 @@ def complete(data: pa.Table, key: list[str], columns: list[str], root: Path, liv
 
 
 def rebuild(data: pa.Table, rel: str, key: list[str], root: Path, others: list[str]) -> pa.Table:
-    """Every entry of a partition whose live deltas are `others` (relative paths) plus `data`
-    (a key-sorted delta about to be written at `rel`): for each version, the seq of the key's
-    next newer version, if any. Used for compaction outputs."""
+    """The entries a compaction output needs, for a partition whose live deltas will be `others`
+    (relative paths) plus `data` (a key-sorted delta about to be written at `rel`): for each
+    version of a key that `data` holds, in any of them, the seq of the key's next newer version,
+    if any.
+
+    Keys `data` does not hold are left out (a scan of the others' key columns, not a sort of all
+    their versions): the merge changed none of their versions (a tier merge moves versions
+    without dropping any; a base merge's inputs are older than every other delta, so it can fold
+    away a key's versions without making two versions in others adjacent that were not), and
+    each of their entries is already held by a live delta holding the key — the one holding the
+    superseding version (a checkpoint records the version it supersedes) or, since a compaction
+    moved one of the two, that compaction's output (it restated all entries of its keys)."""
     keys = ", ".join(_q(k) for k in key)
     prefix = str(root) + os.sep
     con = engine.cursor()
@@ -159,7 +168,7 @@ def rebuild(data: pa.Table, rel: str, key: list[str], root: Path, others: list[s
         if others:
             parts.append(
                 f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS target, file_row_number::BIGINT AS row"
-                f" FROM {_files_sql([prefix + p for p in others])}"
+                f" FROM {_files_sql([prefix + p for p in others])} SEMI JOIN (SELECT DISTINCT {keys} FROM fresh) USING ({keys})"
             )
         return con.sql(
             f"SELECT target, row, newer AS seq FROM (SELECT target, row, lag({_q(SEQ)}) OVER"

@@ -47,10 +47,12 @@ from htap import engine
 from htap.errors import InternalQueryError
 from htap.observe import REPARTITION_SECONDS
 from htap.replica import dv as dvs
+from htap.replica import keyindex
 from htap.replica.deltas import (
     delete_delta_files,
     first_versions,
     layout_lock,
+    partition_dir,
     partition_lock,
     table_dir,
     write_delta,
@@ -198,6 +200,8 @@ def repartition(warehouse: Warehouse | Path, store: MetadataStore, table_id: int
                 delete_delta_files(warehouse, d.path)
     if not committed:
         return None
+    for p in change.parts:  # retired: their key indexes are never asked again
+        keyindex.forget(warehouse.lock_dir(partition_dir(table, p)))
     seconds = time.monotonic() - started
     REPARTITION_SECONDS.labels(table.source, table.qualified_name, change.action).observe(seconds)
     sizes = [sum(d.rows for d in written if d.part == p and d.max_seq <= seq) for p in new_ids]

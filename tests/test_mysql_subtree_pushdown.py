@@ -73,6 +73,12 @@ QUERIES = [
     ("SELECT k, avg(v), count(v) FROM {a} WHERE k IN (SELECT k FROM {c}) GROUP BY k", False),
     ("SELECT avg(v) FROM {a} WHERE k IN (SELECT k FROM {b} WHERE k > 100)", False),  # no rows: NULL
     ("SELECT a.id FROM {a} a WHERE a.v > (SELECT avg(v) FROM {a} WHERE k IN (SELECT k FROM {b}))", False),
+    # semi/anti joins Spark pushes below the inner join (TPC-H Q21's shape), rendered in one flat SELECT
+    ("SELECT a.id, c.k FROM {a} a JOIN {c} c ON a.id = c.id WHERE a.k NOT IN (SELECT k FROM {b} WHERE w = 2)", False),
+    ("SELECT a.name, count(*) FROM {a} a JOIN {c} c ON a.k = c.k WHERE EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k"
+     " AND b.w <> a.id - 40) AND NOT EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k AND b.id > a.id) GROUP BY a.name", False),
+    # a decimal cast to a smaller scale: rounded HALF_UP (v = seq * 1.37 - 20 has ties, both signs)
+    ("SELECT id, CAST(v AS DECIMAL(16,1)) FROM {a} WHERE k IN (SELECT k FROM {c})", False),
 ]
 
 
@@ -94,6 +100,7 @@ def test_pushed_trees_agree_with_spark_on_mariadb(my_workspace, spark, my_catalo
         for shape, operator in (("FULL JOIN", "FULL OUTER JOIN"), ("LEFT JOIN", "LEFT OUTER JOIN"),
                                 ("LIMIT", "TopN"), ("avg(", "AVG")):
             assert shape not in text or operator in pushed, (q, operator, plan)  # in the one source statement
+        assert "DECIMAL(16,1)" not in text or '"op":"cast","type":"decimal(16,1)"' in scans[0], (q, plan)
         got = _run(spark, q, ordered, on=True)
         with ws.store() as store:  # the tree ran where the route says (a is in every query)
             assert store.recent_scans(ws.table("a").id, 1)[0].route == route, q

@@ -2,7 +2,9 @@
 compaction points, with inserts, updates, partial updates, deletes and truncates. Issue 13:
 also whatever the online splits and merges of partitions (some with a checkpoint committed
 while they run, whose deltas they carry over) and the garbage collection of what they retired:
-time travel to before a split reads the old layout."""
+time travel to before a split reads the old layout. And whatever befalls the checkpoints' key
+index (htap.replica.keyindex): dropped, stale, behind, swapped by compactions, retired by
+repartitions."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from hypothesis import strategies as st
 
 from htap.connectors.changes import UNSET
 from htap import engine
-from htap.replica import dv
+from htap.replica import dv, keyindex
 from htap.replica.compaction import merge
-from htap.replica.deltas import delete_delta_files
+from htap.replica.deltas import delete_delta_files, partition_dir
 from htap.replica.repartition import Change, repartition
+from htap.replica.warehouse import as_warehouse
 
 from storage_support import DirectTable
 
@@ -63,6 +66,22 @@ def check(table: DirectTable, seq: int, history: dict, ops: list[str]) -> None:
         raise AssertionError(f"no deletion vectors at seq {seq}")
 
 
+def upset_index(table: DirectTable, how: str | None) -> None:
+    """Lose this process's key indexes (a restart), leave them covering a delta that never
+    committed (a checkpoint that failed after writing it), or missing one (another process wrote
+    it): the next checkpoint must rebuild or catch them up from the live deltas, never trust them."""
+    if how == "dropped":
+        keyindex.forget()
+    elif how is not None:
+        for part in table.store.table_by_id(table.table.id).layout.ids:
+            index = keyindex.peek(as_warehouse(table.warehouse).lock_dir(partition_dir(table.table, part)))
+            if index is not None and index.built and index.covers:
+                if how == "stale":
+                    index.covers = index.covers | {"never-committed.parquet"}
+                else:  # "behind": another process wrote its newest delta
+                    index.covers = index.covers - {max(index.covers)}
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_reads_at_every_seq_equal_the_model(data):
@@ -100,6 +119,7 @@ def test_reads_at_every_seq_equal_the_model(data):
                     state.clear()
             history[seq] = {k: list(v) for k, v in state.items()}
             if data.draw(st.booleans(), label="checkpoint"):
+                upset_index(table, data.draw(st.sampled_from([None, None, "dropped", "stale", "behind"]), label="key index"))
                 # A split or merge first, maybe with this checkpoint committed while it runs.
                 action = data.draw(st.sampled_from([None, "split", "split", "merge"]), label="repartition")
                 ids = table.store.table_by_id(table.table.id).layout.ids

@@ -58,6 +58,12 @@ CASES: dict[str, dict] = {
     "semi join (IN)": tree(top({"node": "join", "type": "semi", "left": A, "right": B, "on": op("=", c("c2"), c("c3"))})),
     "null-aware anti join (NOT IN)": tree(top({"node": "join", "type": "anti", "left": A, "right": B, "on": NOT_IN})),
     "anti join (NOT EXISTS)": tree(top({"node": "join", "type": "anti", "left": A, "right": B, "on": op("=", c("c2"), c("c3"))})),
+    # Spark's optimizer pushes semi/anti joins below inner joins (TPC-H Q21): one flat SELECT, the
+    # NOT EXISTS beside the join, so that the target orders the join first when it is selective.
+    "NOT IN below an inner join: one flat SELECT": tree(top({"node": "join", "type": "inner", "on": op(
+        "=", c("c1"), c("c5")), "left": {"node": "join", "type": "anti", "left": A, "right": B, "on": NOT_IN},
+        "right": {"node": "filter", "child": scan(2, "c5"), "cond": op(">", c("c5"), {
+            "lit": {"type": "long", "value": 2}, "type": "bigint"})}}), [*LEAVES, leaf("a", ["id"])]),
     "NOT IN over a filtered side": tree(top({"node": "join", "type": "anti", "left": A, "on": NOT_IN, "right": {
         "node": "filter", "child": B, "cond": op("IS_NOT_NULL", c("c3"))}})),
     "aggregate between joins, scalar subquery": tree(top({
@@ -138,6 +144,8 @@ def test_in_and_not_in_follow_sql_null_semantics():
         # NOT IN over a set holding NULL: no row; NOT EXISTS: the unmatched rows, NULL key included.
         assert run(with_null, "null-aware anti join (NOT IN)") == []
         assert run(with_null, "anti join (NOT EXISTS)") == [(2, None), (4, 4)]
+        # Below an inner join with a's ids above 2: the same NOT IN, then the join.
+        assert run(with_null, "NOT IN below an inner join: one flat SELECT") == []
         # The NULL filtered out of the set: a's NULL key still is not NOT IN (unknown).
         assert run(with_null, "NOT IN over a filtered side") == [(4, 4)]
     finally:
@@ -145,6 +153,7 @@ def test_in_and_not_in_follow_sql_null_semantics():
     empty = connect([])
     try:  # NOT IN over an empty set holds for every row, NULL keys included
         assert run(empty, "null-aware anti join (NOT IN)") == [(1, 1), (2, None), (3, 3), (4, 4), (5, 1)]
+        assert run(empty, "NOT IN below an inner join: one flat SELECT") == [(3, 3, 3), (4, 4, 4), (5, 1, 5)]
     finally:
         empty.close()
 

@@ -40,8 +40,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>A planner strategy: the planner offers it the whole query first, then (for what another
  * strategy planned) each child, so the first subtree it takes is the largest. It runs after
  * {@link HtapSnapshotStrategy}, so the leaves already share the query's snapshot token, which
- * the new scan takes over. A subtree of one scan is left alone (DSv2 already pushes into it,
- * in parallel); the whole tree runs as one task. On by default; {@code
+ * the new scan takes over. Its leaves are counted with those of the uncorrelated scalar
+ * subqueries it carries (TPC-H Q11: one DSv2-joined scan, and another in its HAVING's subquery);
+ * a subtree of one scan is left alone (DSv2 already pushes into it, in parallel) unless that scan
+ * is one task with a complete aggregate and the tree sorts it ({@link #oneLeafPays}); the whole
+ * tree runs as one task. On by default; {@code
  * spark.htap.wholeQueryPushdown=false} turns it off (each scan is then planned on its own, joins
  * pushed through DSv2 where Spark offers them).
  */
@@ -84,6 +87,26 @@ public class HtapSubtreeStrategy extends SparkStrategy {
   }
 
   /**
+   * Whether a tree over ONE scan (its scalar subqueries read none) is worth taking: only when
+   * that scan is already one task whose aggregate is complete (so no parallelism is lost) and the
+   * tree sorts it. That is the case measured to pay: a global ORDER BY over such a scan (TPC-H
+   * Q5, Q7, Q9, Q12) is, in Spark, a range-partitioning exchange whose sampling job runs the
+   * scan's whole query once more before the shuffle runs it again; in the tree the ORDER BY is
+   * part of the one query. Other work above one scan (a projection, a HAVING filter, an AVG's
+   * division) costs Spark little and stays there; a scan with a partial aggregate or none
+   * (several tasks) stays with Spark, which merges or reads it in parallel.
+   */
+  static boolean oneLeafPays(SubtreeJson t) {
+    String pushed = ((HtapScan) t.leaves.get(0).scan()).catalogOptions().get("pushed");
+    try {
+      if (pushed == null || !PushedJson.MAPPER.readTree(pushed).path("complete").asBoolean(false)) return false;
+    } catch (JsonProcessingException e) {
+      return false;
+    }
+    return t.operators.contains("Sort");
+  }
+
+  /**
    * One scan for the whole of {@code plan}, or null. Filter conjuncts the tree cannot carry
    * (a scalar subquery taking AVG, say) whose rows and columns reach the top unchanged are left
    * to Spark, above the scan, instead of leaving the whole subtree (its joins) to Spark.
@@ -92,7 +115,8 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     if (!HtapSnapshotStrategy.hasHtapScan(plan)) return null;
     SubtreeJson t = new SubtreeJson();
     ObjectNode json = t.translate(plan);
-    if (json == null || t.leaves.size() < 2) return null;
+    if (json == null || t.leaves.isEmpty()) return null;
+    if (t.leaves.size() == 1 && !oneLeafPays(t)) return null;
     List<AttributeReference> output = new ArrayList<>();
     StructType schema = new StructType();
     for (Attribute a : CollectionConverters.asJava(plan.output())) {

@@ -265,7 +265,7 @@ final class SubtreeJson {
     }
     List<AttributeReference> output = CollectionConverters.asJava(r.output());
     if (output.isEmpty()) return null;  // no column to name in SQL
-    ObjectNode leaf = leafJson.addObject();
+    ObjectNode leaf = PushedJson.MAPPER.createObjectNode();
     leaf.put("table", table);
     try {
       leaf.set("pushed", PushedJson.MAPPER.readTree(pushed));
@@ -283,6 +283,7 @@ final class SubtreeJson {
       }
     }
     leaves.add(r);
+    leafJson.add(leaf);
     return n;
   }
 
@@ -349,10 +350,27 @@ final class SubtreeJson {
    * uncorrelated scalar subqueries over compatible scans as placeholders filled in after.
    */
   private ObjectNode expr(Expression e, scala.collection.immutable.Seq<Attribute> input, boolean predicate, boolean aggregates) {
+    int leavesBefore = leaves.size();
+    int operatorsBefore = operators.size();
+    ObjectNode out = translated(e, input, predicate, aggregates);
+    if (out == null) {
+      // A scalar subquery inside may have taken leaves before the expression failed: nothing
+      // refers to them now (the expression stays in Spark, which reads them itself), so they
+      // must neither be read by the tree's query nor count as its scans.
+      while (leaves.size() > leavesBefore) {
+        leaves.remove(leaves.size() - 1);
+        leafJson.remove(leafJson.size() - 1);
+      }
+      while (operators.size() > operatorsBefore) operators.remove(operators.size() - 1);
+    }
+    return out;
+  }
+
+  private ObjectNode translated(Expression e, scala.collection.immutable.Seq<Attribute> input, boolean predicate, boolean aggregates) {
     Map<String, ObjectNode> slots = new LinkedHashMap<>();
     Map<String, DataType> slotTypes = new LinkedHashMap<>();
     boolean[] failed = {false};
-    Expression renamed = e.transformDown(new AbstractPartialFunction<Expression, Expression>() {
+    Expression renamed = unaliased(e).transformDown(new AbstractPartialFunction<Expression, Expression>() {
       @Override
       public boolean isDefinedAt(Expression x) {
         return x instanceof AttributeReference || x instanceof AggregateExpression || x instanceof ScalarSubquery
@@ -393,6 +411,28 @@ final class SubtreeJson {
     if (typed == null || (predicate && !(typed.type instanceof BooleanType))) return null;
     if (!slots.isEmpty() && !fill(typed.json, slots)) return null;
     return typed.json;
+  }
+
+  /**
+   * {@code e} without aliases inside it: V2ScanRelationPushDown leaves {@code agg0 AS sum(...)}
+   * where an expression above a pushed aggregate used it (TPC-H Q11's {@code sum(...) * 0.001}
+   * over a DSv2-joined scan), and Spark's V2 translation knows no alias. An alias only names its
+   * child, so the value is the same.
+   */
+  private static Expression unaliased(Expression e) {
+    return e.transformUp(new AbstractPartialFunction<Expression, Expression>() {
+      @Override
+      public boolean isDefinedAt(Expression x) {
+        return x instanceof Alias;
+      }
+
+      @Override
+      public <A1 extends Expression, B1> B1 applyOrElse(A1 x, scala.Function1<A1, B1> fallback) {
+        if (!isDefinedAt(x)) return fallback.apply(x);
+        @SuppressWarnings("unchecked") B1 r = (B1) ((Alias) x).child();
+        return r;
+      }
+    });
   }
 
   private static AttributeReference placeholder(String name, DataType type) {

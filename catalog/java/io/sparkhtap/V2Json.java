@@ -26,7 +26,8 @@ import org.apache.spark.sql.types.*;
  * raise on overflow as ANSI Spark does) and on decimals whose result Spark does not round
  * (precision <= 38, or Spark's 38-digit result keeps the whole scale), comparisons, AND/OR/NOT, IS [NOT] NULL, IN, prefix/suffix/contains
  * matches, CASE WHEN, COALESCE, SUBSTRING with literal positive bounds, YEAR/MONTH/DAY/QUARTER
- * of DATE and TIMESTAMP_NTZ values, and widening casts. No division (Spark's decimal division
+ * of DATE and TIMESTAMP_NTZ values, widening casts, and decimal casts to a smaller scale that
+ * cannot overflow (rounded HALF_UP, as every target rounds them). No division (Spark's decimal division
  * rounds to its own scale, and division by zero differs between engines).
  */
 final class V2Json {
@@ -68,7 +69,7 @@ final class V2Json {
     if (e instanceof Cast) {
       Cast c = (Cast) e;
       Typed child = translate(c.expression(), schema, ansi);
-      if (child == null || !exactCast(child.type, c.dataType())) return null;
+      if (child == null || !(exactCast(child.type, c.dataType()) || roundingCast(child.type, c.dataType()))) return null;
       return call("cast", c.dataType(), child);
     }
     if (e instanceof Extract) {
@@ -222,6 +223,21 @@ final class V2Json {
     if ((integral(from) || from instanceof FloatType) && to instanceof DoubleType) return true;
     if (from instanceof DateType && to instanceof TimestampNTZType) return true;
     return false;
+  }
+
+  /**
+   * A decimal cast to fewer fractional digits with room for the rounding's carry: Spark rounds
+   * HALF_UP (ties away from zero), as DuckDB, Postgres and MySQL/MariaDB do when they cast a
+   * DECIMAL to a smaller scale, and with at least one more integer digit than the input no value
+   * can overflow (so ANSI mode and its absence agree). Spark puts such a cast on both sides of a
+   * comparison of two decimals whose common type loses scale (TPC-H Q11's HAVING against its
+   * scalar subquery: decimal(38,6) compared as decimal(38,4)).
+   */
+  static boolean roundingCast(DataType from, DataType to) {
+    if (!(from instanceof DecimalType) || !(to instanceof DecimalType)) return false;
+    DecimalType x = (DecimalType) from;
+    DecimalType y = (DecimalType) to;
+    return y.scale() < x.scale() && y.precision() - y.scale() > x.precision() - x.scale();
   }
 
   private static int rank(DataType t) {

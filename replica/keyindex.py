@@ -1,0 +1,309 @@
+"""The key -> (delta, row) index of a partition: where each key's newest version is among the
+partition's live deltas.
+
+Why: a checkpoint's deletion-vector entries name, for every key it writes, that key's newest
+version in the partition's older live deltas (htap.replica.dv), and a partial update (unchanged
+TOAST) is completed from that same version. Finding them by scanning the key columns of every
+live delta (a 1M-row base file included) took most of each checkpoint (every ~0.5 s under load);
+with the index a checkpoint costs a lookup per key it writes.
+
+What it holds: per key, the (delta, row, seq) of its newest version among the deltas it `covers`
+(relative paths). It lives in the memory of the writing process, is built from the deltas
+themselves at first use (so a restart or a crash costs a rebuild, nothing else), and is never
+trusted beyond what it covers: every use first compares `covers` with the partition's live
+deltas as the metadata lists them now (`sync`). Deltas only added since (checkpoints of
+another process, a checkpoint whose delta carried no deletion vectors): it reads just those;
+any delta gone that it was not told about (a compaction or repartition of another process, a
+checkpoint that wrote a delta and then failed before its commit): it is dropped and rebuilt from
+the live deltas. Delta paths are never reused and deltas are immutable, so equal path sets mean
+equal contents: the index cannot be stale. A compaction in this process updates it in place
+(`replace`), under the partition's writer lock, when it was current.
+
+Lookups are vectorized: keys hash to uint64 (DuckDB's `hash` over every key column, so composite
+and string keys work) kept sorted; numpy's searchsorted finds the candidates and the keys
+themselves are compared, so a hash collision costs a second probe, never a wrong answer.
+
+Entries stay for deleted keys (a delete is a key's newest version too, and is superseded by a
+re-insert like any version); they leave when a base compaction folds the delete away.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from htap import engine
+from htap.replica.models import SEQ
+
+KEEP = 8_000_000  # entries (keys) one process keeps, ~40 bytes each plus the keys; the least
+# recently used partitions' indexes beyond go (their next use rebuilds them)
+_MAX_CHUNKS = 64  # key chunks (one per write) before they are combined
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def hashes(keys: pa.Table) -> np.ndarray:
+    """uint64 hashes of the rows of `keys` (every column), in row order."""
+    if keys.num_rows == 0:
+        return np.empty(0, np.uint64)
+    con = engine.cursor()
+    try:
+        con.register("__keys", keys)
+        cols = ", ".join(_q(c) for c in keys.column_names)
+        h = con.sql(f"SELECT hash({cols}) AS h FROM __keys").fetchnumpy()["h"]
+    finally:
+        con.close()
+    return np.asarray(h, dtype=np.uint64)
+
+
+def _searchsorted(stored: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """np.searchsorted(stored, h), probing in sorted order: many times faster on large batches
+    (each probe starts where the last one ended, in cache)."""
+    if len(h) < 1024:
+        return np.searchsorted(stored, h)
+    order = np.argsort(h)
+    out = np.empty(len(h), np.int64)
+    out[order] = np.searchsorted(stored, h[order])
+    return out
+
+
+def _equal(a: pa.Table, b: pa.Table) -> np.ndarray:
+    """Row-wise key equality (NaN equals NaN, as in the merge's grouping)."""
+    same = np.ones(a.num_rows, dtype=bool)
+    for name in a.column_names:
+        x, y = a.column(name), b.column(name)
+        eq = pc.fill_null(pc.equal(x, y), False)
+        if pa.types.is_floating(x.type):
+            eq = pc.or_(eq, pc.fill_null(pc.and_(pc.is_nan(x), pc.is_nan(y)), False))
+        same &= np.asarray(eq.to_numpy(zero_copy_only=False), dtype=bool)
+    return same
+
+
+def same_as_previous(data: pa.Table, columns: list[str]) -> np.ndarray:
+    """For rows 1..n-1 of `data`: whether the row equals the one before it in `columns` (NaN
+    equals NaN, as in the merge's grouping)."""
+    n = data.num_rows
+    if n < 2:
+        return np.zeros(0, dtype=bool)
+    cols = data.select(columns)
+    return _equal(cols.slice(1), cols.slice(0, n - 1))
+
+
+def newest_per_key(data: pa.Table, key: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """For a key-sorted (key ASC, seq DESC) table: the row of each key's first (newest) and last
+    (oldest) version."""
+    n = data.num_rows
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    same = same_as_previous(data, key)
+    starts = np.concatenate([[0], np.flatnonzero(~same) + 1]).astype(np.int64)
+    ends = np.concatenate([starts[1:] - 1, [n - 1]]).astype(np.int64)
+    return starts, ends
+
+
+class KeyIndex:
+    """One partition's index (see the module docstring). Use under `lock`."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema  # the key columns
+        self.lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.built = False
+        self.covers: frozenset[str] = frozenset()
+        self.paths: list[str] = []  # delta of each target code
+        self._codes: dict[str, int] = {}
+        self.keys = self.schema.empty_table()  # entry i's key (append-only, chunked)
+        self.target = np.empty(0, np.int32)
+        self.row = np.empty(0, np.int64)
+        self.seq = np.empty(0, np.int64)
+        self.h = np.empty(0, np.uint64)  # sorted hashes ...
+        self.order = np.empty(0, np.int64)  # ... and the entry each belongs to
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    # --- keeping it current ----------------------------------------------------------------------
+
+    def missing(self, live: list[str]) -> list[str]:
+        """The deltas `sync(live)` will read: none when current, the added ones when deltas were
+        only added, else all of `live` (a rebuild)."""
+        now = frozenset(live)
+        if self.built and self.covers <= now:
+            return sorted(now - self.covers)
+        return list(live)
+
+    def sync(self, root: Path, live: list[str]) -> None:
+        """Make the index cover exactly `live` (relative paths under `root`; only those
+        `missing` names are read)."""
+        now = frozenset(live)
+        if self.built and self.covers == now:
+            return
+        if not (self.built and self.covers <= now):
+            self._reset()
+        for rel in self.missing(live):
+            self._add_file(root, rel)
+        self.covers, self.built = now, True
+
+    def _add_file(self, root: Path, rel: str) -> None:
+        con = engine.cursor()
+        try:
+            path = str(root / rel).replace("'", "''")
+            cols = ", ".join(_q(c) for c in [*self.schema.names, SEQ])
+            data = con.sql(f"SELECT {cols} FROM read_parquet('{path}')").to_arrow_table()
+        finally:
+            con.close()
+        first, _ = newest_per_key(data, self.schema.names)
+        self._put(data.select(self.schema.names).take(pa.array(first)).cast(self.schema), self._code(rel), first,
+                  data.column(SEQ).to_numpy()[first])
+
+    def replace(self, removed: list[str], added: str, data: pa.Table) -> None:
+        """A compaction swapped the deltas `removed` for `added` (holding `data`, key-sorted),
+        which holds every version of them it did not fold away: the entries in `removed` go, and
+        `data`'s newest versions come in (a key keeps its entry in another delta if that one is
+        newer). Exact for the merges htap.replica.compaction makes: a tier merge keeps every
+        version, and a base merge's inputs were every delta older than the partition's others."""
+        gone = np.array([self._codes[r] for r in removed if r in self._codes], dtype=np.int32)
+        keep = ~np.isin(self.target, gone)
+        if not keep.all():
+            new_id = np.cumsum(keep) - 1
+            kept_pairs = keep[self.order]
+            self.h, self.order = self.h[kept_pairs], new_id[self.order[kept_pairs]]
+            self.keys = self.keys.filter(pa.array(keep))
+            self.target, self.row, self.seq = self.target[keep], self.row[keep], self.seq[keep]
+        first, _ = newest_per_key(data, self.schema.names)
+        self._put(data.select(self.schema.names).take(pa.array(first)).cast(self.schema), self._code(added), first,
+                  data.column(SEQ).to_numpy()[first])
+        self.covers = (self.covers - set(removed)) | {added}
+
+    # --- lookups -------------------------------------------------------------------------------
+
+    def find(self, keys: pa.Table, h: np.ndarray | None = None) -> np.ndarray:
+        """The entry of each row of `keys` (unique keys), -1 where the index has none."""
+        h = hashes(keys) if h is None else h
+        out = np.full(len(h), -1, np.int64)
+        if not len(self.h) or not len(h):
+            return out
+        left = _searchsorted(self.h, h)
+        stored, n = self.keys, len(self.h)
+        for j in range(n):  # one pass per stored key of the same hash: almost always one
+            at = left + j
+            probe = np.flatnonzero(out < 0)
+            probe = probe[at[probe] < n]
+            probe = probe[self.h[at[probe]] == h[probe]]
+            if not len(probe):
+                break
+            entry = self.order[at[probe]]
+            same = _equal(stored.take(pa.array(entry)), keys.take(pa.array(probe)))
+            out[probe[same]] = entry[same]
+        return out
+
+    def where(self, keys: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        """For unique `keys`: which of them have a version in the covered deltas (a boolean
+        mask), and for those the delta (relative path) and row of the newest one."""
+        at = self.find(keys)
+        hit = at >= 0
+        codes = self.target[at[hit]]
+        return pa.array(self.paths, pa.string()).take(pa.array(codes)), self.row[at[hit]], hit
+
+    def supersede(self, data: pa.Table, rel: str) -> tuple[pa.Table, np.ndarray]:
+        """For a key-sorted delta about to be written at `rel`: (the unique keys whose newest
+        covered version it supersedes, as a table with `target`, `row` and `seq` — the key's
+        oldest seq in `data`), then record its newest versions, so the index covers `rel` too."""
+        first, last = newest_per_key(data, self.schema.names)
+        keys = data.select(self.schema.names).take(pa.array(first)).cast(self.schema)
+        h = hashes(keys)
+        at = self.find(keys, h)
+        hit = at >= 0
+        seqs = data.column(SEQ).to_numpy()
+        found = pa.table({
+            "target": pa.array(self.paths, pa.string()).take(pa.array(self.target[at[hit]])),
+            "row": pa.array(self.row[at[hit]], pa.int64()),
+            "seq": pa.array(seqs[last[hit]], pa.int64()),
+        })
+        self._put(keys, self._code(rel), first, seqs[first], h, at)
+        self.covers = self.covers | {rel}
+        return found, hit
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _code(self, rel: str) -> int:
+        code = self._codes.get(rel)
+        if code is None:
+            code = self._codes[rel] = len(self.paths)
+            self.paths.append(rel)
+        return code
+
+    def _put(self, keys: pa.Table, code: int, rows: np.ndarray, seqs: np.ndarray,
+             h: np.ndarray | None = None, at: np.ndarray | None = None) -> None:
+        """Record (code, row, seq) as the newest version of each of the unique `keys` unless the
+        index has a newer one."""
+        h = hashes(keys) if h is None else h
+        at = self.find(keys, h) if at is None else at
+        hit = at >= 0
+        e = at[hit]
+        newer = seqs[hit] >= self.seq[e]
+        e = e[newer]
+        self.target[e] = code
+        self.row[e] = rows[hit][newer]
+        self.seq[e] = seqs[hit][newer]
+        new = np.flatnonzero(~hit)
+        if not len(new):
+            return
+        start = len(self.seq)
+        self.keys = pa.concat_tables([self.keys, keys.take(pa.array(new))])
+        if self.keys.column(0).num_chunks > _MAX_CHUNKS:
+            self.keys = self.keys.combine_chunks()
+        self.target = np.concatenate([self.target, np.full(len(new), code, np.int32)])
+        self.row = np.concatenate([self.row, rows[new].astype(np.int64)])
+        self.seq = np.concatenate([self.seq, seqs[new].astype(np.int64)])
+        nh = h[new]
+        sort = np.argsort(nh, kind="stable")
+        nh, ids = nh[sort], (start + sort).astype(np.int64)
+        if not len(self.h):
+            self.h, self.order = nh, ids
+        else:
+            pos = np.searchsorted(self.h, nh)  # nh is sorted
+            self.h, self.order = np.insert(self.h, pos, nh), np.insert(self.order, pos, ids)
+
+
+_indexes: "OrderedDict[str, KeyIndex]" = OrderedDict()
+_registry = threading.Lock()
+
+
+def of(folder: Path, schema: pa.Schema) -> KeyIndex:
+    """The index of the partition whose lock folder is `folder` (htap.replica.deltas.partition_lock)
+    for key columns `schema`, made empty (built at first sync) if this process has none."""
+    name = str(folder)
+    with _registry:
+        index = _indexes.get(name)
+        if index is None or index.schema != schema:
+            index = _indexes[name] = KeyIndex(schema)
+        _indexes.move_to_end(name)
+        total = sum(len(i) for i in _indexes.values())
+        while total > KEEP and len(_indexes) > 1:
+            total -= len(_indexes.popitem(last=False)[1])
+        return index
+
+
+def peek(folder: Path) -> KeyIndex | None:
+    """The partition's index if this process has one (no new one is made)."""
+    with _registry:
+        return _indexes.get(str(folder))
+
+
+def forget(folder: Path | None = None) -> None:
+    """Drop one partition's index (a repartition retired it), or every index."""
+    with _registry:
+        if folder is None:
+            _indexes.clear()
+        else:
+            _indexes.pop(str(folder), None)
