@@ -217,7 +217,8 @@ def test_expressions_are_pushed_and_agree_with_spark_itself(workspace, spark, ca
                     plan = spark.sql("EXPLAIN " + q.format(t=t)).collect()[0][0]
                     pushed = plan[plan.index("pushed="):]
                     assert '"aggregates"' in pushed and '"op"' in pushed, plan  # expressions computed in the reader
-                    assert ('"complete":true' in pushed) == (split == "auto"), plan
+                    # Complete in one task, but an AVG stays Spark's over partial sums and counts.
+                    assert ('"complete":true' in pushed) == (split == "auto" and "avg(" not in q), plan
                     got = normalized(spark.sql(q.format(t=t)).collect())
                     assert last_scan(ws).route == route
                     assert got == normalized(spark.sql(q.format(t="items_plain")).collect()), (split, q)
