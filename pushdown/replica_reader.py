@@ -172,15 +172,20 @@ def _run(con, sql: str, output_schema: pa.Schema, subplan: PushedSubplan, files:
         for batch in reader:
             yield from _conform(batch, output_schema, subplan)
     except duckdb.Error as e:
-        # Damage only if a file is: our own query failing on intact files is a bug, not damage.
-        for label, table_files in files.items():
-            problem = first_damage(table_files)
-            if problem:
-                raise damaged(label, problem) from e
-        raise InternalQueryError(
-            f"the replica query of {', '.join(files)} failed on intact files (a spark-htap bug; please report it"
-            f" with this line): {str(e).splitlines()[0]}"
-        ) from e
+        raise _failure(e, files) from e
+
+
+def _failure(error: duckdb.Error, files: dict[str, list[str]]) -> Exception:
+    """What a failed replica query (or a view binding its files) means: damage only if a file of
+    some table is missing or corrupt; our own query failing on intact files is a bug, not damage."""
+    for label, table_files in files.items():
+        problem = first_damage(table_files)
+        if problem:
+            return damaged(label, problem)
+    return InternalQueryError(
+        f"the replica query of {', '.join(files)} failed on intact files (a spark-htap bug; please report it"
+        f" with this line): {str(error).splitlines()[0]}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +242,10 @@ def read_joined(
                     empty = pa.Table.from_batches([], schema=pa.schema([t.schema.field(c) for c in columns]))
                     con.register(f"__empty_{i}", empty)
                     parts.append(f"(SELECT * FROM __empty_{i})")
-                con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
+                try:  # binding the view reads the files' footers: a corrupt one fails here, not in _run
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
+                except duckdb.Error as e:
+                    raise _failure(e, files) from e
                 views.append(exp.to_table(f"__table_{i}"))
             if single:
                 top = dataclasses.replace(subplan, filters=(), where=()).carrying_rows(tables[0].key[0])
