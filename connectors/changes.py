@@ -114,6 +114,10 @@ class RowChange:
     op: str  # "upsert" or "delete"
     values: list  # all columns, source order; for a delete, at least the key columns
     old: list | None = None  # the previous row/key, when the source sends it (key changes)
+    # A new row (no older version of any key to complete it from): a source that cannot pair
+    # the halves of a key change (Debezium's `d` + `c`) marks the `c`, so that an UNSET value in
+    # it fails its table instead of being taken from an unrelated older version of the new key.
+    inserted: bool = False
 
 
 @dataclass(frozen=True)

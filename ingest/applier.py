@@ -14,8 +14,8 @@ from typing import Callable
 
 import pyarrow as pa
 
-from htap.connectors.changes import Begin, Commit, Event, Progress, Relation, RowBatch, RowChange, Truncate
-from htap.errors import HtapError, PoisonError
+from htap.connectors.changes import UNSET, Begin, Commit, Event, Progress, Relation, RowBatch, RowChange, Truncate
+from htap.errors import HtapError, PoisonError, TableError
 from htap.ingest.buffer import TableBuffer
 from htap.replica.models import TableInfo
 
@@ -124,9 +124,15 @@ class TransactionApplier:
         try:
             if event.op == "delete":
                 buf.delete(event.values, self.txn_seq)
+            elif event.old is not None and buf.key_of(event.old) != buf.key_of(event.values):
+                buf.change_key(event.old, event.values, self.txn_seq)  # the key itself changed
+            elif event.inserted and UNSET in event.values:
+                raise TableError(
+                    f"{buf.table.qualified_name}: a new row (key {buf.key_of(event.values)!r}) arrived without some of its "
+                    f"values (unchanged TOAST) and no old row to take them from: they cannot be known; copy the table "
+                    f"again (htap tables resync)"
+                )
             else:
-                if event.old is not None and buf.key_of(event.old) != buf.key_of(event.values):
-                    buf.delete(event.old, self.txn_seq)  # the key itself changed
                 buf.upsert(event.values, self.txn_seq)
         except HtapError as e:
             return Failed(tid, e, self.txn_seq)

@@ -15,8 +15,8 @@ from typing import Callable
 import pyarrow as pa
 
 from htap.connectors.changes import UNSET, decode_checked, python_values
-from htap.errors import HtapError, PoisonError
-from htap.replica.models import OP, OP_DELETE, OP_UPSERT, ORD, SEQ, UNSET_MASK, TableInfo
+from htap.errors import HtapError, PoisonError, TableError
+from htap.replica.models import BASE_PREFIX, OP, OP_DELETE, OP_UPSERT, ORD, SEQ, UNSET_MASK, TableInfo
 
 MAX_PARTIAL_COLUMNS = 63  # the unset mask is an int64 bitmask
 
@@ -73,6 +73,10 @@ class TableBuffer:
         # only when a partial row needs it (`_fill`), so full rows cost no key lookup.
         self.latest: dict[tuple, int] = {}
         self.indexed = 0
+        # row number -> the old key (as delivered) whose newest version in the replica's live
+        # deltas fills the row's unset columns, for partial rows that got them through a key
+        # change; every other partial row fills from its own key's older versions.
+        self.bases: dict[int, tuple] = {}
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -85,21 +89,48 @@ class TableBuffer:
             )
 
     def upsert(self, values: list, seq: int) -> None:
-        mask = 0
+        mask, base = 0, None
         if UNSET in values:
-            values, mask = self._fill(values)
+            values, mask, base = self._fill(values, self.key_of(values))
+        self._append(values, seq, mask, base)
+
+    def change_key(self, old: list, values: list, seq: int) -> None:
+        """An update that moved a row from the key of `old` (at least its key columns) to the key
+        of `values`: the old key's delete, then the new row. Values it did not send (unchanged
+        TOAST) are the OLD key's: from its newest buffered version, else (`bases`) from its newest
+        version in the replica's live deltas when written (htap.replica.deltas). A table whose old
+        key has no version to take them from fails (TableError), never stores NULL."""
+        old_key = self.key_of(old)
+        mask, base = 0, None
+        if UNSET in values:
+            values, mask, base = self._fill(values, old_key, moved=True)
+        self.delete(old, seq)
+        self._append(values, seq, mask, base)
+
+    def _append(self, values: list, seq: int, mask: int, base: tuple | None) -> None:
+        if mask and base is not None and base != self.key_of(values):
+            self.bases[len(self.seqs)] = base
         for col, v in zip(self.columns, values):
             col.append(v)
         self.seqs.append(seq)
         self.ops.append(OP_UPSERT)
         self.unset.append(mask)
 
-    def _fill(self, values: list) -> tuple[list, int]:
-        """A partial row: fill unset values from the key's newest buffered version if there is
-        one; what stays unset is marked in the mask and filled from older deltas when read."""
+    def _fill(self, values: list, source: tuple, moved: bool = False) -> tuple[list, int, tuple]:
+        """A partial row: fill unset values from the newest buffered version of key `source`
+        (its own key; the old key of a key change, `moved`) if there is one; what stays unset is
+        marked in the mask and filled when written from the newest older version of the returned
+        base key (`source`, or the base of the buffered version it came from)."""
         self._index()
-        prev = self.latest.get(self.key_of(values))
+        prev = self.latest.get(source)
         usable = prev is not None and self.ops[prev] == OP_UPSERT
+        if moved and prev is not None and not usable:
+            raise TableError(
+                f"{self.table.qualified_name}: an update moved key {source!r} to {self.key_of(values)!r} leaving values "
+                f"unchanged (unchanged TOAST), but key {source!r} was deleted before it: the values cannot be known; "
+                f"copy the table again (htap tables resync) or set REPLICA IDENTITY FULL on the source table"
+            )
+        base = self.bases.get(prev, source) if usable else source
         filled, mask = [], 0
         for i, v in enumerate(values):
             if v is UNSET:
@@ -114,7 +145,7 @@ class TableBuffer:
                 else:
                     v, mask = None, mask | (1 << i)
             filled.append(v)
-        return filled, mask
+        return filled, mask, base
 
     def _index(self) -> None:
         """Bring `latest` up to date with every buffered row."""
@@ -189,6 +220,7 @@ class TableBuffer:
         while keep and self.seqs[keep - 1] == seq:
             keep -= 1
         self._cut(keep)
+        self.bases = {r: k for r, k in self.bases.items() if r < keep}
         self.latest.clear()  # no version from before the truncation can be a row's base
         self.indexed = keep
 
@@ -220,9 +252,10 @@ class TableBuffer:
         """The buffered rows: per column, its parts' sequences in row order; seqs, ops, masks."""
         self._seal()
         columns = [[part[i] for part in self.parts] for i in range(len(self.names))]
-        return columns, self.seqs, self.ops, self.unset
+        return columns, self.seqs, self.ops, self.unset, self.bases
 
-    def _decode(self, table: TableInfo, columns: list[list], seqs: list[int], ops: list[int], unset: list[int]) -> pa.Table:
+    def _decode(self, table: TableInfo, columns: list[list], seqs: list[int], ops: list[int], unset: list[int],
+                bases: dict[int, tuple]) -> pa.Table:
         """Buffered rows -> Arrow, one vectorized decode per column. A value the column's replica
         type cannot hold is a PoisonError naming the column, the value and its change's seq."""
         names = [c.name for c in table.columns]
@@ -241,7 +274,16 @@ class TableBuffer:
             pa.array(unset, pa.int64()),
             pa.array(range(n), pa.int64()),
         ]
-        return pa.Table.from_arrays(arrays, names=[*names, SEQ, OP, UNSET_MASK, ORD])
+        extra = []
+        if bases:  # key-changing partial rows: their old keys, NULL elsewhere
+            schema = table.arrow_schema
+            for j, k in enumerate(table.key):
+                values = [None] * n
+                for row, base in bases.items():
+                    values[row] = base[j]
+                arrays.append(decode_checked(self.decode, values, schema.field(k).type, k))
+                extra.append(BASE_PREFIX + k)
+        return pa.Table.from_arrays(arrays, names=[*names, SEQ, OP, UNSET_MASK, ORD, *extra])
 
 
 def _joined(parts: list):

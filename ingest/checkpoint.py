@@ -20,7 +20,7 @@ import logging
 import time
 from contextlib import ExitStack
 from htap.connectors.changes import DECODE_ERRORS, ChangeStream
-from htap.errors import PoisonError, WarehouseError
+from htap.errors import PoisonError, TableError, WarehouseError
 from htap.seq import SeqCodec
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
@@ -72,6 +72,10 @@ class Checkpointer:
                 # confirmed. The caller restarts the stream from the durable position.
                 raise type(e)(f"checkpoint of source {self.source} not stored, nothing confirmed to the"
                                      f" source (it re-sends from seq {self.store.source_position(self.source)}): {e}") from e
+            except TableError as e:  # e.g. a key change's unchanged values that no version holds
+                failures.append(Failure(table, e, safe))
+                failed_ids.add(table.id)
+                applier.drop(table.id)
             except DECODE_ERRORS as e:  # a value the delta's types cannot hold (never a disk error)
                 failures.append(Failure(table, PoisonError(None, None, str(e).strip().splitlines()[0]), safe))
                 failed_ids.add(table.id)

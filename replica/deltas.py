@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 from htap import engine
 from htap.replica import dv as dvs
 from htap.replica import keyindex
-from htap.errors import NoSuchTableError
+from htap.errors import NoSuchTableError, TableError
 from htap.replica.metadata import MetadataStore, NewDelta
-from htap.replica.models import OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
+from htap.replica.models import BASE_PREFIX, OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
 from htap.replica.warehouse import Warehouse, as_warehouse
 
@@ -175,7 +175,9 @@ def write_partitioned(
     found with the partition's key index (htap.replica.keyindex), made to cover `live` first; `locks`
     then holds each partition's writer lock, taken before `live` is asked, until the caller has
     committed the deltas. Partial updates (unchanged TOAST) are then completed from the
-    versions they update, so reads never fill columns.
+    versions they update, so reads never fill columns; a key change's partial row (`_base:<key>`
+    columns: the old key, htap.ingest.buffer) from the old key's newest live version, in
+    whichever partition holds it (its lock taken too), first of all.
 
     With `locks` and `store`, the table's layout lock is taken first and the rows are routed
     by the layout the store has now (a repartition may have committed since `table` was read);
@@ -189,29 +191,41 @@ def write_partitioned(
     out = []
     key = list(table.key)
     key_schema = pa.schema([table.arrow_schema.field(k) for k in key])
+    held: set[int] = set()
+
+    def lock(part: int) -> None:
+        if locks is not None and part not in held:
+            locks.enter_context(partition_lock(warehouse, table, part))
+            held.add(part)
+
+    def index_of(part: int, older: dict[str, str | None]):
+        keys = keyindex.of(warehouse.lock_dir(partition_dir(table, part)), key_schema)
+
+        def current() -> keyindex.KeyIndex:
+            """The partition's index, made to cover exactly its live deltas (htap.replica.keyindex)."""
+            need = keys.missing(list(older))
+            if need:
+                with warehouse.local({p: older[p] for p in need}) as root:
+                    keys.sync(root, list(older))
+            return keys
+        return keys, current
+
+    if any(n.startswith(BASE_PREFIX) for n in data.column_names):
+        data = _complete_moved(warehouse, table, data, splits, lock, live, index_of)
     for index, rows in split_by_partition(data, table.key[0], splits):
         part = layout.ids[index]
         entries = complete = None
         if live is not None:
-            if locks is not None:
-                locks.enter_context(partition_lock(warehouse, table, part))
+            lock(part)
             older = _files(live(part))
-            keys = keyindex.of(warehouse.lock_dir(partition_dir(table, part)), key_schema)
+            keys, current = index_of(part, older)
 
-            def current(keys=keys, older=older) -> keyindex.KeyIndex:
-                """The partition's index, made to cover exactly its live deltas (htap.replica.keyindex)."""
-                need = keys.missing(list(older))
-                if need:
-                    with warehouse.local({p: older[p] for p in need}) as root:
-                        keys.sync(root, list(older))
-                return keys
-
-            def entries(rel: str, sorted_rows: pa.Table, keys=keys) -> pa.Table:
+            def entries(rel: str, sorted_rows: pa.Table, keys=keys, current=current) -> pa.Table:
                 with keys.lock:
                     found, _ = current().supersede(sorted_rows, rel)
                 return pa.concat_tables([dvs.within(sorted_rows, key, rel), found.cast(dvs.ENTRIES)])
 
-            def complete(sorted_rows: pa.Table, keys=keys, older=older) -> pa.Table:
+            def complete(sorted_rows: pa.Table, keys=keys, older=older, current=current) -> pa.Table:
                 # Only the deltas holding the newest older version of a partially updated key.
                 partial = sorted_rows.filter(pc.not_equal(sorted_rows.column(UNSET_MASK), 0)).select(key)
                 first, _ = keyindex.newest_per_key(partial, key)
@@ -222,6 +236,98 @@ def write_partitioned(
                     return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(holding))
         out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete if live is not None else None))
     return out
+
+
+def _complete_moved(warehouse: Warehouse, table: TableInfo, data: pa.Table, splits, lock: Callable[[int], None],
+                    live, index_of) -> pa.Table:
+    """`data` without its `_base:<key>` columns, every row that has them (a partial row whose
+    key changed: htap.ingest.buffer.TableBuffer.change_key) completed from its old key's newest
+    version in the live deltas — in the partition holding the old key (`lock` takes its writer
+    lock; `index_of` gives its key index), which may not be the new key's. Buffered versions of
+    the old key are not involved: the buffer filled the row from them, and what stayed unset
+    comes from before this checkpoint. No such version, a delete, or one lacking a value: the
+    value cannot be known, so the table fails (TableError) rather than store NULL."""
+    key = list(table.key)
+    base_cols = [BASE_PREFIX + k for k in key]
+    moved = pc.is_valid(data.column(base_cols[0])).to_numpy(zero_copy_only=False)
+    rest = data.drop_columns([c for c in data.column_names if c.startswith(BASE_PREFIX)])
+    if not moved.any():
+        return rest
+    layout = table.layout
+    key_schema = pa.schema([table.arrow_schema.field(k) for k in key])
+    sub = data.filter(pa.array(moved))
+    old_keys = sub.select(base_cols).rename_columns(key).cast(key_schema)
+
+    def fail(what: str, keys: list) -> TableError:
+        shown = ", ".join(repr(k) for k in keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+        return TableError(
+            f"{table.qualified_name}: an update moved key {shown} to another key leaving values unchanged (unchanged "
+            f"TOAST), and the old key {what} in the replica: those values cannot be known; copy the table again "
+            f"(htap tables resync) or set REPLICA IDENTITY FULL on the source table")
+
+    if live is None:
+        raise fail("cannot be looked up (no live deltas given)", old_keys.to_pylist())
+    found = []
+    for index, wanted in split_by_partition(old_keys, key[0], splits):
+        part = layout.ids[index]
+        lock(part)
+        older = _files(live(part))
+        keys, current = index_of(part, older)
+        unique = wanted.group_by(key, use_threads=False).aggregate([]).select(key).cast(key_schema)
+        with keys.lock:
+            targets, rows, hit = current().where(unique)
+        if not hit.all():
+            raise fail("has no version", unique.filter(pa.array(~hit)).to_pylist())
+        targets = targets.to_pylist()
+        holding = {p: older[p] for p in sorted(set(targets))}
+        with warehouse.local(holding) as root:
+            for p in holding:
+                at = np.array([r for t, r in zip(targets, rows) if t == p], np.int64)
+                found.append(_read_rows(root / p, at, table.arrow_schema.names))
+    base = pa.concat_tables(found, promote_options="permissive")
+    where = {k: j for j, k in enumerate(zip(*(base.column(k).to_pylist() for k in key)))}
+    take = pa.array([where[k] for k in zip(*(old_keys.column(k).to_pylist() for k in key))], pa.int64())
+    base = base.take(take)  # aligned with `sub`
+    gone = pc.equal(base.column(OP), OP_DELETE).to_numpy(zero_copy_only=False)
+    if gone.any():
+        raise fail("was deleted", old_keys.filter(pa.array(gone)).to_pylist())
+    mask = sub.column(UNSET_MASK).to_numpy(zero_copy_only=False).astype(np.int64)
+    lacking = (mask & base.column(UNSET_MASK).to_numpy(zero_copy_only=False).astype(np.int64)) != 0
+    if lacking.any():
+        raise fail("lacks some of them too", old_keys.filter(pa.array(lacking)).to_pylist())
+    columns = []
+    for i, f in enumerate(table.arrow_schema):
+        col = sub.column(f.name)
+        if f.name not in key and ((mask >> i) & 1).any():
+            # (a column added after the old version was written: NULL, as reads of that delta)
+            old = base.column(f.name).cast(col.type) if f.name in base.column_names else pa.nulls(base.num_rows, col.type)
+            col = pc.if_else(pa.array(((mask >> i) & 1).astype(bool)), old, col)
+        columns.append(col)
+    filled = sub.drop_columns(base_cols)
+    for i, f in enumerate(table.arrow_schema):
+        filled = filled.set_column(filled.schema.get_field_index(f.name), f.name, columns[i])
+    filled = filled.set_column(filled.schema.get_field_index(UNSET_MASK), UNSET_MASK,
+                               pa.array(np.zeros(filled.num_rows, np.int64)).cast(rest.schema.field(UNSET_MASK).type))
+    log.info("%s: %d key-changing partial updates completed from their old keys", table.qualified_name, filled.num_rows)
+    return pa.concat_tables([rest.filter(pa.array(~moved)), filled.cast(rest.schema)])
+
+
+def _read_rows(path: Path, rows: np.ndarray, names: list[str]) -> pa.Table:
+    """Rows `rows` (ordinals) of a delta file: the table's columns, _seq, _op and _unset; only
+    the row groups holding them are read."""
+    pf = pq.ParquetFile(path)
+    sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    groups = sorted(set((np.searchsorted(starts, rows, side="right") - 1).tolist()))
+    cols = [c for c in [*names, SEQ, OP, UNSET_MASK] if c in pf.schema_arrow.names]
+    data = pf.read_row_groups(groups, columns=cols)
+    offsets = np.concatenate([[0], np.cumsum([sizes[g] for g in groups])]).astype(np.int64)
+    local = np.array([offsets[groups.index(g)] + r - starts[g] for g, r in
+                      zip((np.searchsorted(starts, rows, side="right") - 1).tolist(), rows.tolist())], np.int64)
+    data = data.take(pa.array(local))
+    if UNSET_MASK not in data.column_names:
+        data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, np.int64)))
+    return data
 
 
 def current_layout(store: MetadataStore, table: TableInfo) -> TableInfo:

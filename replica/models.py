@@ -14,6 +14,9 @@ SEQ = "_seq"  # commit sequence of the version (Postgres: end LSN of the commit 
 OP = "_op"  # OP_UPSERT or OP_DELETE
 UNSET_MASK = "_unset"  # bit i set: column i was not sent (partial update), take it from an older version
 ORD = "_ord"  # arrival order inside a batch (only before a delta is written)
+# `_base:<key column>`: a key-changing partial update's old key (only before a delta is written):
+# its unset columns come from that key's newest version in the replica's live deltas.
+BASE_PREFIX = "_base:"
 OP_UPSERT = 0
 OP_DELETE = 1
 

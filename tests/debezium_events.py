@@ -207,10 +207,14 @@ class PgEvents:
         self.pending.append((f"{self.prefix}.{self.schema}.{table}", self._key(table, key_value), None))  # the tombstone
         del self.model[table][key_value]
 
-    def change_key(self, table: str, old_key, row: dict) -> None:
-        """Debezium's form of a primary key update: a delete, a tombstone, then a create."""
+    def change_key(self, table: str, old_key, row: dict, unchanged: tuple[str, ...] = ()) -> None:
+        """Debezium's form of a primary key update: a delete, a tombstone, then a create; the
+        `unchanged` columns (unchanged TOAST) as placeholders: their values are the old key's."""
+        kept = self.model[table][old_key]
         self.delete(table, old_key)
-        self.insert(table, row)
+        b64 = base64.b64encode(PLACEHOLDER.encode()).decode()
+        self._event(table, "c", None, {k: ((b64 if k == "photo" else PLACEHOLDER) if k in unchanged else v) for k, v in row.items()})
+        self.model[table][row["id"]] = {k: (kept[k] if k in unchanged else v) for k, v in row.items()}
 
     def truncate(self, table: str) -> None:
         self._event(table, "t", None, None)

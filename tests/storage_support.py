@@ -53,6 +53,10 @@ class DirectTable:
     def upsert(self, values: list, seq: int) -> None:
         self.buffer.upsert(values, seq)
 
+    def change_key(self, old: list, values: list, seq: int) -> None:
+        """An update that moved the row of `old`'s key to `values`' key (UNSET: unchanged)."""
+        self.buffer.change_key(old, values, seq)
+
     def delete(self, key_values: list, seq: int) -> None:
         self.buffer.delete(key_values, seq)
 

@@ -46,6 +46,7 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     ev.commit(hold_back="orders")  # the orders event arrives after END, from its own topic
     ev.begin(601)
     ev.change_key("customers", 3, customer(30, name="was three"))
+    ev.change_key("customers", 5, customer(50, name="was five"), unchanged=("note", "photo"))  # TOAST kept
     ev.delete("orders", 1)
     ev.commit()
     ev.begin(602)
@@ -91,6 +92,8 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     ev.insert("customers", customer(7))
     ev.update("customers", customer(1, balance=Decimal("1000.00")), unchanged=("note", "photo"))
     ev.delete("customers", 4)
+    ev.change_key("customers", 2, customer(20, name="was two"), unchanged=("note",))  # old key in a delta
+    ev.change_key("customers", 1, customer(10, name="was one"), unchanged=("note", "photo"))  # old key buffered
     ev.commit()
     ev.write()
     ws.start_service()
@@ -283,6 +286,12 @@ def test_assembler_transactions_placeholders_tombstones_and_resume():
         ("x.public.t", _pg("d", {"id": 2, "v": None}, None, 150, 8, 145)),
         ("x.public.t", _pg("c", None, {"id": 3, "v": None}, 152, 8, 145)),
         ("x.public.t", _pg("m", None, None, 153, 8, 145)),
+        # a key change leaving a TOASTed value unchanged: `d` of the old key, then a `c` with the
+        # placeholder, paired into one change that carries the old key
+        ("x.public.t", _pg("d", {"id": 3, "v": None}, None, 160, 9, 155)),
+        ("x.public.t", None),
+        ("x.public.t", _pg("c", None, {"id": 33, "v": PLACEHOLDER}, 162, 9, 155)),
+        ("x.public.t", _pg("c", None, {"id": 34, "v": PLACEHOLDER}, 164, 9, 155)),  # unpaired: marked
     ]
     out = _run(records, [t, u])
     assert out == [
@@ -295,10 +304,14 @@ def test_assembler_transactions_placeholders_tombstones_and_resume():
         RowChange("public", "t", "delete", [2, None]),
         RowChange("public", "t", "upsert", [3, None]),
         Commit(152, 5.0),
+        Begin(164, 5.0),
+        RowChange("public", "t", "upsert", [33, UNSET], [3, None]),
+        RowChange("public", "t", "upsert", [34, UNSET], None, True),
+        Commit(164, 5.0),
     ]
     # Resuming after the first transaction delivers exactly the second.
     assert _run(records, [t, u], from_seq=135) == out[5:]
-    assert _run(records, [t, u], from_seq=152) == []
+    assert _run(records, [t, u], from_seq=164) == []
 
     # A new column in the events: a Relation before the rows that carry it.
     changed = _run([("x.public.t", _pg("c", None, {"id": 4, "v": "x", "w": 1}, 200, 9, 160))], [t])

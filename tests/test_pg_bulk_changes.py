@@ -85,9 +85,9 @@ def run(cur, t: str, statement) -> None:
     elif kind == "delete":
         cur.execute(f"DELETE FROM {t} WHERE id = ANY(%s)", (statement[1],))
     elif kind == "rekey":
-        # Rows with an out-of-line value are left out: a key change leaves it unchanged TOAST in
-        # the new row, which the replica cannot fill from the old key (README, Status: known gap).
-        cur.execute(f"UPDATE {t} SET id = -id - 1 WHERE id >= 0 AND id = ANY(%s) AND coalesce(length(c_big), 0) < 1000"
+        # Rows with an out-of-line value keep it as unchanged TOAST in the new row: the replica
+        # takes it from the old key's version (buffered, or in a delta of another partition).
+        cur.execute(f"UPDATE {t} SET id = -id - 1 WHERE id >= 0 AND id = ANY(%s)"
                     f" AND NOT EXISTS (SELECT 1 FROM {t} b WHERE b.id = -bulk.id - 1)", (statement[1],))
     else:
         cur.execute(f"TRUNCATE {t}")

@@ -17,7 +17,10 @@ offsets are committed only on `confirm()`, and only up to records whose transact
 row (a key change: Debezium itself sends `d` + `c`); `d` deletes `before` (or the record key);
 `t` is a truncate; `m` messages, heartbeats and tombstones (`null` values) are skipped. A value
 equal to `__debezium_unavailable_value` (the connector's `unavailable.value.placeholder`; base64
-of it for binary columns) is `UNSET`: a partial update, filled from the row's older version.
+of it for binary columns) is `UNSET`: a partial update, filled from the row's older version; in
+a `c` (an insert has every value) it marks the new half of a key change, paired with the `d` of
+the old key just before it into one change whose unset values are the old key's (unpaired: the
+change is marked `inserted` and its table fails rather than guess).
 Schema change events (`tableChanges`, MySQL's schema change topic) and events whose columns
 differ from the table's become a `Relation` with the new column names.
 

@@ -304,8 +304,20 @@ class Assembler:
         if op in ("c", "r", "u"):
             if after is None:
                 return
-            old = self._values(table, before) if (op == "u" and before is not None) else None
-            self.out.append(RowChange(key[0], key[1], "upsert", self._values(table, after), old))
+            old = self._values(table, before, partial_ok=True) if (op == "u" and before is not None) else None
+            values = self._values(table, after)
+            inserted = False
+            if op == "c" and UNSET in values:
+                # An insert has every value: a `c` without some is the second half of a key
+                # change (Debezium sends the old key's `d`, then the new key's `c` with the
+                # unchanged TOAST values as placeholders). They are the old key's: pair the two.
+                last = self.out[-1] if self.out else None
+                if isinstance(last, RowChange) and last.op == "delete" and (last.schema, last.table) == key:
+                    self.out.pop()
+                    old = last.values
+                else:
+                    inserted = True  # unpaired: the applier fails the table rather than guess
+            self.out.append(RowChange(key[0], key[1], "upsert", values, old, inserted))
         elif op == "d":
             if before is None:
                 _kschema, kvalue = unwrap(record_key)

@@ -264,12 +264,20 @@ class DebeziumSource(ChangeSource):
                 if event.op == "delete":
                     rows.pop(key, None)
                     return
+                base = key  # whose row completes values the event did not carry (unchanged TOAST)
                 if event.old is not None:
                     old_key = tuple(event.old[i] for i in key_positions)
                     if old_key != key:
-                        rows.pop(old_key, None)
+                        base = old_key  # a key change: the old key's row holds them
+                        prev = rows.pop(old_key, None)
                 if UNSET in values:
-                    prev = rows.get(key)
+                    prev = rows.get(key) if base == key else prev
+                    if prev is None and (base != key or event.inserted):
+                        raise TableError(
+                            f"{table.qualified_name}: the events move key {base!r} to {key!r} (or insert {key!r}) without "
+                            f"some of its values (unchanged TOAST) and hold no earlier version of the row to take them "
+                            f"from; the topics must hold the table's snapshot and every change since"
+                        )
                     values = [(prev[i] if prev is not None else None) if v is UNSET else v for i, v in enumerate(values)]
                 rows[key] = values
 

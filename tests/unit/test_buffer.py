@@ -268,3 +268,39 @@ def test_batches_buffer_as_their_rows_one_by_one(script, cuts):
     drains.append((rowwise.drain(), batched.drain()))
     for want, got in drains:
         assert got.equals(want), (got.to_pylist(), want.to_pylist())
+
+
+def test_a_key_change_takes_unchanged_values_from_the_old_keys_buffered_version():
+    buf = buffer()
+    buf.upsert([1, "big", 10, decimal.Decimal("1.5")], 5)
+    buf.change_key([1, None, None, None], [1001, UNSET, 11, UNSET], 6)
+    assert rows(buf)[1:] == [
+        (1, None, None, None, 6, OP_DELETE, 0),
+        (1001, "big", 11, decimal.Decimal("1.5"), 6, OP_UPSERT, 0),  # the old key's values, nothing left unset
+    ]
+    assert buf.bases == {}
+    # a partial update of the new key: from the moved row
+    buf.upsert([1001, UNSET, 12, None], 7)
+    assert rows(buf)[-1] == (1001, "big", 12, None, 7, OP_UPSERT, 0)
+
+
+def test_a_key_change_of_an_unbuffered_key_names_the_old_key_for_the_write():
+    buf = buffer()
+    buf.upsert([2, UNSET, 20, UNSET], 5)  # 2's own older version fills a and c
+    buf.change_key([2, None, None, None], [1002, UNSET, 21, None], 6)
+    buf.change_key([1002, None, None, None], [2002, UNSET, 22, None], 7)  # a chain: still key 2's
+    buf.upsert([2002, UNSET, 23, None], 8)
+    assert [r[-1] for r in rows(buf)] == [0b1010, 0, 0b10, 0, 0b10, 0b10]
+    assert buf.bases == {2: (2,), 4: (2,), 5: (2,)}  # rows whose unset values come from key 2
+    data = buf.drain()
+    assert data.column("_base:id").to_pylist() == [None, None, 2, None, 2, 2]
+    assert buf.bases == {}
+
+
+def test_a_key_change_from_a_deleted_key_fails_rather_than_guess():
+    from htap.errors import TableError
+
+    buf = buffer()
+    buf.delete([3, None, None, None], 5)
+    with pytest.raises(TableError, match="unchanged TOAST"):
+        buf.change_key([3, None, None, None], [1003, UNSET, 1, None], 6)
