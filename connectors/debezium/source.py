@@ -272,11 +272,11 @@ class DebeziumSource(ChangeSource):
                         prev = rows.pop(old_key, None)
                 if UNSET in values:
                     prev = rows.get(key) if base == key else prev
-                    if prev is None and (base != key or event.inserted):
+                    if (prev is None and base != key) or event.inserted:
                         raise TableError(
                             f"{table.qualified_name}: the events move key {base!r} to {key!r} (or insert {key!r}) without "
-                            f"some of its values (unchanged TOAST) and hold no earlier version of the row to take them "
-                            f"from; the topics must hold the table's snapshot and every change since"
+                            f"some of its values (unchanged TOAST) and hold no earlier version of the row (or no `d` of its "
+                            f"old key) to take them from; the topics must hold the table's snapshot and every change since"
                         )
                     values = [(prev[i] if prev is not None else None) if v is UNSET else v for i, v in enumerate(values)]
                 rows[key] = values
