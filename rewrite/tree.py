@@ -36,7 +36,101 @@ _OUTER_JOINS = {"left": "left", "right": "right", "full": "full"}  # the joins t
 
 def render_tree(tree: PushedTree, leaf_query: Callable[[int], exp.Select]) -> exp.Select:
     """The whole tree as one query; `leaf_query(k)` is leaf k's own query (its outputs in order)."""
-    return _Renderer(tree, leaf_query).query(tree.root)
+    return _Renderer(tree, leaf_query).query(reduce_grouped_joins(tree.root))
+
+
+def reduce_grouped_joins(node: TreeNode) -> TreeNode:
+    """Each inner join of an aggregate on one of its grouping columns (`g = x`) with the aggregate's
+    input reduced first to the groups the join can keep: a semi join of that input with the
+    smallest part of the other side that yields x (`EXISTS`). Spark decorrelates a correlated
+    subquery into such a join (TPC-H Q17: the average quantity per part over all of lineitem,
+    200,000 groups, joined with the 204 parts the query selects), and a target runs the aggregate
+    whole before the join: DuckDB's own plan of the query text aggregates the selected parts only.
+
+    Exact: a group is kept or dropped whole (its rows share g), and a group whose g no row of the
+    other side matches is dropped by the join anyway. The part of the other side used (`_yielding`)
+    is reached down inner joins only, each of which keeps a subset of its sides' rows, so the
+    values of x it yields are a superset of the other side's; NULL never matches `=`, in the join
+    or in the EXISTS."""
+    children = tuple(reduce_grouped_joins(c) for c in node.children)
+    if children != node.children:
+        node = dataclasses.replace(node, children=children)
+    if node.op != "join" or node.join_type != "inner" or node.cond is None:
+        return node
+    for side in (0, 1):
+        grouped, other = node.children[side], node.children[1 - side]
+        for conjunct in _conjuncts(node.cond):
+            reduced = _reduced(grouped, other, conjunct)
+            if reduced is not None:
+                kids = list(node.children)
+                kids[side] = reduced
+                return dataclasses.replace(node, children=tuple(kids))
+    return node
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if e.form == "op" and e.name == "AND":
+        return [c for a in e.args for c in _conjuncts(a)]
+    return [e]
+
+
+def _reduced(grouped: TreeNode, other: TreeNode, conjunct: Expr) -> TreeNode | None:
+    """`grouped` (filters and projections over an aggregate) with the aggregate's input semi
+    joined to the part of `other` that yields the other operand of `conjunct` (`g = x`, g one of
+    `grouped`'s columns that is a grouping column of the aggregate), or None."""
+    if conjunct.form != "op" or conjunct.name != "=" or len(conjunct.args) != 2:
+        return None
+    mine = set(grouped.columns())
+    for g, x in (conjunct.args, conjunct.args[::-1]):
+        if g.form != "col" or g.name not in mine or not x.columns() or not x.columns() <= set(other.columns()):
+            continue
+        source = _yielding(other, x.columns())
+        if source is None:
+            continue
+        rebuilt = _with_semi_join(grouped, g.name, source, x)
+        if rebuilt is not None:
+            return rebuilt
+    return None
+
+
+def _yielding(node: TreeNode, columns: set[str]) -> TreeNode | None:
+    """The smallest subtree of `node` that still holds `columns`, down inner and cross joins only:
+    a join keeps a subset of each side's rows, values unchanged, so the side yields at least every
+    value combination the join does. Filters and semi/anti joins are kept, not skipped: they are
+    what makes the other side selective."""
+    if not columns <= set(node.columns()):
+        return None
+    if node.op == "join" and node.join_type in ("inner", "cross"):
+        for child in node.children:
+            found = _yielding(child, columns)
+            if found is not None:
+                return found
+    return node
+
+
+def _with_semi_join(node: TreeNode, column: str, source: TreeNode, x: Expr) -> TreeNode | None:
+    """`node` with its aggregate's input semi joined to `source` on `group column = x`, following
+    `column` down through filters and plain-column projections to the aggregate; None if it is not
+    a plain grouping column there."""
+    if node.op == "filter":
+        child = _with_semi_join(node.children[0], column, source, x)
+        return None if child is None else dataclasses.replace(node, children=(child,))
+    if node.op == "project":
+        e = dict(node.exprs).get(column)
+        if e is None or e.form != "col":
+            return None
+        child = _with_semi_join(node.children[0], e.name, source, x)
+        return None if child is None else dataclasses.replace(node, children=(child,))
+    if node.op != "aggregate":
+        return None
+    e = dict(node.exprs).get(column)
+    if e is None or e.form != "col" or not any(k.form == "col" and k.name == e.name for k in node.group_by):
+        return None
+    (child,) = node.children
+    if e.name not in child.columns() or set(source.columns()) & set(child.columns()):
+        return None
+    on = Expr("op", "boolean", "=", args=(e, x))
+    return dataclasses.replace(node, children=(TreeNode("join", children=(child, source), cond=on, join_type="semi"),))
 
 
 def render_tree_over(subplan: PushedSubplan, relations: list, columns: list[list[str]]) -> exp.Select:
