@@ -24,7 +24,7 @@ from htap.errors import PoisonError, WarehouseError
 from htap.seq import SeqCodec
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
-from htap.observe import CHECKPOINT_SECONDS
+from htap.observe import CHECKPOINT_PHASE_SECONDS, CHECKPOINT_SECONDS, Phases, phase
 from htap.replica.deltas import delete_delta_files, write_partitioned
 from htap.replica.manifest import write_manifest
 from htap.replica.metadata import MetadataStore
@@ -40,11 +40,22 @@ class Checkpointer:
         self.source = source
         self.codec = codec
 
-    def checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
+    def checkpoint(self, applier: TransactionApplier, stream: ChangeStream, oldest_commit: float | None = None) -> int:
         """Make everything the applier holds durable (call between transactions); returns the
-        new durable position."""
-        with CHECKPOINT_SECONDS.labels(self.source).time():
-            return self._checkpoint(applier, stream)
+        new durable position. `oldest_commit`: the source's commit time (Unix seconds) of the
+        oldest transaction buffered, for the log line saying how long it took to be visible."""
+        started, wall = time.perf_counter(), time.time()
+        with CHECKPOINT_SECONDS.labels(self.source).time(), Phases() as phases:
+            changes = applier.buffered
+            safe = self._checkpoint(applier, stream)
+        took = time.perf_counter() - started
+        for name, seconds in phases.seconds.items():
+            CHECKPOINT_PHASE_SECONDS.labels(self.source, name).observe(seconds)
+        if changes:
+            # Parsed by bench.freshness (where a checkpoint's time goes): keep the shape.
+            age = f"; oldest commit {wall - oldest_commit:.3f} s old at start" if oldest_commit else ""
+            log.info("checkpoint timing: %d changes in %.3f s (%s)%s", changes, took, phases.text(), age)
+        return safe
 
     def _checkpoint(self, applier: TransactionApplier, stream: ChangeStream) -> int:
         # Each written partition's writer lock is held until the metadata commit (htap.replica.dv).
@@ -54,7 +65,8 @@ class Checkpointer:
     def _locked_checkpoint(self, applier: TransactionApplier, stream: ChangeStream, locks: ExitStack) -> int:
         safe = applier.safe_seq
         changes = applier.buffered
-        parts, truncations, failures = applier.drain()
+        with phase("drain"):
+            parts, truncations, failures = applier.drain()
         deltas = []
         failed_ids = {f.table.id for f in failures}
         for table, data in parts:
@@ -84,16 +96,19 @@ class Checkpointer:
             (f.table.id, failure_message(self.source, self.codec, f.table, f.error, f.seq, "the change stream"))
             for f in failures
         ]
-        orphans = self.store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations, messages)
+        with phase("metadata_commit"):
+            orphans = self.store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations, messages)
         for path in orphans + [d.path for d in dropped]:
             delete_delta_files(self.warehouse, path)
         # The manifest before the confirm: a source is never told a position newer than the one
         # a metadata store rebuilt from the warehouse would resume from (htap.replica.manifest).
-        write_manifest(self.warehouse, self.store, self.source)
+        with phase("manifest"):
+            write_manifest(self.warehouse, self.store, self.source)
         for _, message in messages:
             log_failure(message)
         if deltas or truncations:
             log.info("checkpoint at seq %s: %d changes in %d deltas, %d truncations", safe, changes, len(deltas), len(truncations))
-        applier.checkpointed(safe, {t.id: t for t in self.store.list_tables(self.source) if t.id in applier.tables})
-        stream.confirm(safe)  # only now is everything up to `safe` durable
+        with phase("confirm"):
+            applier.checkpointed(safe, {t.id: t for t in self.store.list_tables(self.source) if t.id in applier.tables})
+            stream.confirm(safe)  # only now is everything up to `safe` durable
         return safe

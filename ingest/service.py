@@ -292,16 +292,23 @@ class SourceIngest:
         next_pending_check = time.monotonic() + PENDING_CHECK_S
         next_schema_check = time.monotonic() + SCHEMA_CHECK_S
 
+        oldest: float | None = None  # commit time of the oldest transaction buffered
+
+        def checkpoint() -> None:
+            nonlocal oldest
+            checkpointer.checkpoint(applier, stream, oldest)
+            oldest = None
+
         with self.source.stream(position, tables) as stream:
             self.state.phase(self.config.name, PHASE_STREAMING, f"streaming {len(tables)} table(s)")
             while True:
                 now = time.monotonic()
                 if not applier.in_txn:
                     if self.stop.is_set():
-                        checkpointer.checkpoint(applier, stream)
+                        checkpoint()
                         return
                     if now >= next_flush:
-                        checkpointer.checkpoint(applier, stream)
+                        checkpoint()
                         next_flush = time.monotonic() + interval
                         stream.request_progress()
                     if now >= next_schema_check:
@@ -313,7 +320,7 @@ class SourceIngest:
                         next_pending_check = now + PENDING_CHECK_S
                         stored = self.store.list_tables(self.config.name)
                         if any(t.state == STATE_PENDING for t in stored):
-                            checkpointer.checkpoint(applier, stream)
+                            checkpoint()
                             return
                         followed = {t.id for t in stored if t.state in (STATE_CATCHING_UP, STATE_STREAMING)}
                         for tid in [tid for tid in applier.tables if tid not in followed]:
@@ -325,8 +332,10 @@ class SourceIngest:
                 action = applier.apply(event)
                 if action is not None:
                     self.perform(applier, action)
+                if oldest is None and isinstance(event, Commit) and applier.buffered:
+                    oldest = event.commit_time
                 if isinstance(event, Commit) and applier.buffered >= self.cfg.flush_max_changes:
-                    checkpointer.checkpoint(applier, stream)
+                    checkpoint()
                     next_flush = time.monotonic() + interval
 
     def perform(self, applier: TransactionApplier, action: Action) -> None:

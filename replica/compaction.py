@@ -27,7 +27,7 @@ import duckdb
 from htap import engine
 from htap.conf import HtapConfig
 from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError, WarehouseError
-from htap.observe import COMPACTION_SECONDS
+from htap.observe import COMPACTION_SECONDS, PARTITION_LOCK_HELD_SECONDS
 from htap.replica import dv as dvs
 from htap.replica import keyindex
 from htap.replica.deltas import delete_delta_files, partition_dir, partition_lock, write_delta
@@ -103,6 +103,7 @@ def merge(
     delta of the partition) collapses versions at or below it. Returns the new delta; None if
     nothing was left or the swap lost a race."""
     warehouse = as_warehouse(warehouse)
+    started = time.perf_counter()
     with warehouse.local({d.path: d.checksum for d in inputs}) as root:
         data = _merged(root, warehouse, store, table, inputs, gc)
     if data.num_rows == 0:  # everything was garbage: the partition is simply empty now
@@ -112,7 +113,9 @@ def merge(
         return None
     # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
     # computed against the partition as it is now, including deltas written since the merge began.
+    waited = time.perf_counter()
     with partition_lock(warehouse, table, part):
+        locked = time.perf_counter()
         live = store.deltas(table.id, part)
         gone = {d.id for d in inputs} - {d.id for d in live}
         if gone:
@@ -130,10 +133,14 @@ def merge(
             delete_delta_files(warehouse, new.path)
             return None
         _swap_in_index(warehouse, table, part, live, inputs, others, new.path, data)
+        held = time.perf_counter() - locked
+    PARTITION_LOCK_HELD_SECONDS.labels(table.source, table.qualified_name).observe(held)
     write_manifest(warehouse, store, table.source)  # before garbage collection may delete the inputs
     log.info(
-        "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
+        "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions) in %.3f s,"
+        " %.3f s of it holding the partition's lock (%.3f s waiting for it)",
         kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
+        time.perf_counter() - started, held, locked - waited,
     )
     return next(d for d in store.deltas(table.id, part) if d.path == new.path)
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap import engine
+from htap.observe import phase
 from htap.replica import dv as dvs
 from htap.replica import keyindex
 from htap.errors import NoSuchTableError
@@ -104,12 +105,14 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
     if UNSET_MASK not in data.column_names:
         data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, dtype=np.int64)))
     if ORD in data.column_names:
-        data = sort_versions(data, list(table.key))
+        with phase("sort"):
+            data = sort_versions(data, list(table.key))
     target = delta_schema(table.arrow_schema)
     data = data.select(target.names).cast(target)
     if complete is not None and pc.any(pc.not_equal(data.column(UNSET_MASK), 0)).as_py():
         arrived = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py()
-        data = complete(data).select(target.names).cast(target)
+        with phase("complete"):
+            data = complete(data).select(target.names).cast(target)
         log.info("%s partition %d: %d partial updates completed at write time", table.qualified_name, part, arrived)
     warehouse = as_warehouse(warehouse)
     seqs = data.column(SEQ)
@@ -117,16 +120,21 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
     partial = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py() or 0
     dv_checksum = None
     if dv is not None and not partial:
-        entries = dv(rel, data)
+        with phase("dv"):
+            entries = dv(rel, data)
         if entries.num_rows:  # the sidecar is stored before its delta
             side = warehouse.staging_path(dvs.sidecar(rel))
-            dvs.write_sidecar(side, entries)
-            dv_checksum = warehouse.put(dvs.sidecar(rel), side)
+            with phase("parquet"):
+                dvs.write_sidecar(side, entries)
+            with phase("durable"):
+                dv_checksum = warehouse.put(dvs.sidecar(rel), side)
         data = data.replace_schema_metadata({**(data.schema.metadata or {}), dvs.FOOTER_KEY: str(entries.num_rows).encode()})
     tmp = warehouse.staging_path(rel)
-    pq.write_table(data, tmp, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True)
+    with phase("parquet"):
+        pq.write_table(data, tmp, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True)
     size = tmp.stat().st_size
-    checksum = warehouse.put(rel, tmp)
+    with phase("durable"):
+        checksum = warehouse.put(rel, tmp)
     bounds = pc.min_max(seqs)
     deletes = pc.sum(pc.equal(data.column(OP), OP_DELETE)).as_py() or 0
     return NewDelta(
@@ -182,7 +190,8 @@ def write_partitioned(
     holding it until the commit keeps a repartition from committing in between."""
     warehouse = as_warehouse(warehouse)
     if locks is not None and store is not None:
-        locks.enter_context(layout_lock(warehouse, table))
+        with phase("layout_lock"):
+            locks.enter_context(layout_lock(warehouse, table))
         table = current_layout(store, table)
     layout = table.layout
     splits = decode_bounds(layout.bounds_b64)
@@ -194,7 +203,8 @@ def write_partitioned(
         entries = complete = None
         if live is not None:
             if locks is not None:
-                locks.enter_context(partition_lock(warehouse, table, part))
+                with phase("partition_lock"):
+                    locks.enter_context(partition_lock(warehouse, table, part))
             older = _files(live(part))
             keys = keyindex.of(warehouse.lock_dir(partition_dir(table, part)), key_schema)
 
@@ -202,7 +212,7 @@ def write_partitioned(
                 """The partition's index, made to cover exactly its live deltas (htap.replica.keyindex)."""
                 need = keys.missing(list(older))
                 if need:
-                    with warehouse.local({p: older[p] for p in need}) as root:
+                    with phase("index_sync"), warehouse.local({p: older[p] for p in need}) as root:
                         keys.sync(root, list(older))
                 return keys
 
