@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 
@@ -98,10 +99,12 @@ def merge(
     inputs: list[Delta],
     gc: int | None,
     kind: str = "major",
+    meanwhile: Callable[[], None] | None = None,
 ) -> Delta | None:
     """Merge `inputs` into one delta and swap it in. `gc` (only when the inputs are every live
     delta of the partition) collapses versions at or below it. Returns the new delta; None if
-    nothing was left or the swap lost a race."""
+    nothing was left or the swap lost a race. `meanwhile` runs just before the partition's
+    writer lock is taken (tests: a checkpoint that commits while the merge runs)."""
     warehouse = as_warehouse(warehouse)
     started = time.perf_counter()
     with warehouse.local({d.path: d.checksum for d in inputs}) as root:
@@ -111,21 +114,45 @@ def merge(
             write_manifest(warehouse, store, table.source)
         log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
         return None
-    # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
-    # computed against the partition as it is now, including deltas written since the merge began.
+    key = list(table.key)
+    mine = {d.id for d in inputs}
+    # The output's deletion vectors, restated against the partition's other deltas before the
+    # lock (checkpoints of the partition go on meanwhile: htap.replica.dv.Restatement).
+    before = store.deltas(table.id, part)
+    if mine - {d.id for d in before}:
+        return None  # another compaction won the race
+    others0 = [d for d in before if d.id not in mine]
+    try:
+        with warehouse.local({d.path: d.checksum for d in others0}) as root:
+            restated = dvs.Restatement.of(data, key, root, [d.path for d in others0])
+    except duckdb.Error as e:  # restated under the lock instead (or found unreadable there)
+        log.info("%s partition %d: deletion vectors restated under the lock (%s)", table.qualified_name, part,
+                 str(e).splitlines()[0])
+        restated = None
+    if meanwhile is not None:
+        meanwhile()
     waited = time.perf_counter()
+    # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
+    # completed against the partition as it is now, including deltas written since the merge began.
     with partition_lock(warehouse, table, part):
         locked = time.perf_counter()
         live = store.deltas(table.id, part)
-        gone = {d.id for d in inputs} - {d.id for d in live}
+        gone = mine - {d.id for d in live}
         if gone:
             return None  # another compaction won the race
-        others = [d for d in live if d.id not in {i.id for i in inputs}]
-        key = list(table.key)
+        others = [d for d in live if d.id not in mine]
+        added = [d for d in others if d.id not in {o.id for o in others0}]
+        newest = max(d.max_seq for d in [*inputs, *others0])
+        kept = {o.id for o in others0} <= {d.id for d in others}
         try:
-            with warehouse.local({d.path: d.checksum for d in others}) as root:
-                paths = [d.path for d in others]
-                new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, root, paths))
+            if restated is not None and kept and all(d.min_seq > newest for d in added):
+                with warehouse.local({d.path: d.checksum for d in added}) as root:
+                    paths = [d.path for d in added]
+                    new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: restated.entries(rel, root, paths))
+            else:  # the partition changed otherwise meanwhile: restate it all, now
+                with warehouse.local({d.path: d.checksum for d in others}) as root:
+                    paths = [d.path for d in others]
+                    new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, root, paths))
         except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
             log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
             new = write_delta(warehouse, table, data, part)
@@ -138,9 +165,9 @@ def merge(
     write_manifest(warehouse, store, table.source)  # before garbage collection may delete the inputs
     log.info(
         "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions) in %.3f s,"
-        " %.3f s of it holding the partition's lock (%.3f s waiting for it)",
+        " %.3f s of it holding the partition's lock (%.3f s waiting for it, %d deltas added meanwhile)",
         kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
-        time.perf_counter() - started, held, locked - waited,
+        time.perf_counter() - started, held, locked - waited, len(added),
     )
     return next(d for d in store.deltas(table.id, part) if d.path == new.path)
 
