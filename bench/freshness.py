@@ -134,6 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--idle-seconds", type=float, default=300.0,
                    help="idle period after the pgbench run over which the safe seq's lag is measured (0 skips)")
     p.add_argument("--json", default="bench/results/freshness.json")
+    p.add_argument("--service-log", help="keep a copy of the service's log here")
     args = p.parse_args(argv)
     base = f"host={args.host} port={args.port} user={args.user}"
     admin = psycopg2.connect(f"{base} dbname=postgres")
@@ -233,6 +234,8 @@ def main(argv=None) -> int:
     finally:
         service.terminate()
         service.wait(timeout=60)
+        if args.service_log:
+            shutil.copyfile(work / "serve.log", args.service_log)
         store.close()
         cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'htap_bench'")
         cur.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")

@@ -3,7 +3,10 @@
 Policy (F1 Lightning, section 4.7): size-tiered with exponentially growing size limits. Starting
 from `min_bytes`, the limit grows by `ratio` until two or more deltas of the partition fit under
 it; those are merged. A merge of only small deltas is a minor compaction, one that includes
-larger ones a major compaction; more than `max_deltas` deltas are all merged at once.
+larger ones a major compaction. A partition with more than `max_deltas` deltas merges the
+smallest tier whose merge leaves it at most `max_deltas` (all of them only if nothing less
+does): checkpoints every half second add more than a dozen small deltas between two passes,
+and merging them all rewrote a partition's whole base file on every pass.
 
 A merge that covers every live delta of a partition is also a base compaction: versions at or
 below the GC seq (the queryable window's low end, lowered to the oldest live pin) collapse to
@@ -66,15 +69,13 @@ class Policy:
 
 def pick(deltas: list[Delta], policy: Policy) -> list[Delta] | None:
     """The deltas of one partition to merge next, or None."""
-    if len(deltas) > policy.max_deltas:
-        return list(deltas)
     if len(deltas) < 2:
         return None
     limit = float(policy.min_bytes)
     largest = max(d.bytes for d in deltas)
     while True:
         chosen = [d for d in deltas if d.bytes <= limit]
-        if len(chosen) >= 2:
+        if len(chosen) >= 2 and len(deltas) - len(chosen) + 1 <= policy.max_deltas:
             return chosen
         if limit >= largest:
             return None
