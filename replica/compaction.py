@@ -34,7 +34,7 @@ from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQue
 from htap.observe import COMPACTION_SECONDS, PARTITION_LOCK_HELD_SECONDS
 from htap.replica import dv as dvs
 from htap.replica import keyindex
-from htap.replica.deltas import delete_delta_files, partition_dir, partition_lock, write_delta
+from htap.replica.deltas import StagedDelta, delete_delta_files, partition_dir, partition_lock
 from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
 from htap.replica.manifest import write_manifest
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
@@ -130,38 +130,43 @@ def merge(
         log.info("%s partition %d: deletion vectors restated under the lock (%s)", table.qualified_name, part,
                  str(e).splitlines()[0])
         restated = None
-    if meanwhile is not None:
-        meanwhile()
-    waited = time.perf_counter()
-    # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
-    # completed against the partition as it is now, including deltas written since the merge began.
-    with partition_lock(warehouse, table, part):
-        locked = time.perf_counter()
-        live = store.deltas(table.id, part)
-        gone = mine - {d.id for d in live}
-        if gone:
-            return None  # another compaction won the race
-        others = [d for d in live if d.id not in mine]
-        added = [d for d in others if d.id not in {o.id for o in others0}]
-        newest = max(d.max_seq for d in [*inputs, *others0])
-        kept = {o.id for o in others0} <= {d.id for d in others}
-        try:
-            if restated is not None and kept and all(d.min_seq > newest for d in added):
-                with warehouse.local({d.path: d.checksum for d in added}) as root:
-                    paths = [d.path for d in added]
-                    new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: restated.entries(rel, root, paths))
-            else:  # the partition changed otherwise meanwhile: restate it all, now
-                with warehouse.local({d.path: d.checksum for d in others}) as root:
-                    paths = [d.path for d in others]
-                    new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, root, paths))
-        except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
-            log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
-            new = write_delta(warehouse, table, data, part)
-        if not store.replace_deltas(table.id, inputs, [new]):
-            delete_delta_files(warehouse, new.path)
-            return None
-        _swap_in_index(warehouse, table, part, live, inputs, others, new.path, data)
-        held = time.perf_counter() - locked
+    staged = StagedDelta(warehouse, table, data, part)  # its rows, written before the lock too
+    try:
+        if meanwhile is not None:
+            meanwhile()
+        waited = time.perf_counter()
+        # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors
+        # are completed against the partition as it is now, including deltas written since the
+        # merge began; then its footer, and the swap.
+        with partition_lock(warehouse, table, part):
+            locked = time.perf_counter()
+            live = store.deltas(table.id, part)
+            gone = mine - {d.id for d in live}
+            if gone:
+                return None  # another compaction won the race
+            others = [d for d in live if d.id not in mine]
+            added = [d for d in others if d.id not in {o.id for o in others0}]
+            newest = max(d.max_seq for d in [*inputs, *others0])
+            kept = {o.id for o in others0} <= {d.id for d in others}
+            try:
+                if restated is not None and kept and all(d.min_seq > newest for d in added):
+                    with warehouse.local({d.path: d.checksum for d in added}) as root:
+                        paths = [d.path for d in added]
+                        new = staged.finish(dv=lambda rel, rows: restated.entries(rel, root, paths))
+                else:  # the partition changed otherwise meanwhile: restate it all, now
+                    with warehouse.local({d.path: d.checksum for d in others}) as root:
+                        paths = [d.path for d in others]
+                        new = staged.finish(dv=lambda rel, rows: dvs.rebuild(rows, rel, key, root, paths))
+            except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
+                log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
+                new = staged.finish()
+            if not store.replace_deltas(table.id, inputs, [new]):
+                delete_delta_files(warehouse, new.path)
+                return None
+            _swap_in_index(warehouse, table, part, live, inputs, others, new.path, data)
+            held = time.perf_counter() - locked
+    finally:
+        staged.discard()
     PARTITION_LOCK_HELD_SECONDS.labels(table.source, table.qualified_name).observe(held)
     write_manifest(warehouse, store, table.source)  # before garbage collection may delete the inputs
     log.info(
