@@ -131,6 +131,18 @@ class KeyIndex:
     def __len__(self) -> int:
         return len(self.seq)
 
+    @classmethod
+    def of_delta(cls, schema: pa.Schema, rel: str, data: pa.Table) -> "KeyIndex":
+        """An index covering only the key-sorted delta `data`, stored (or about to be) at `rel`:
+        a compaction builds its output's before it takes the partition's lock, and `sync`s it
+        with the deltas committed meanwhile under it (htap.replica.compaction)."""
+        index = cls(schema)
+        first, _ = newest_per_key(data, schema.names)
+        index._put(data.select(schema.names).take(pa.array(first)).cast(schema), index._code(rel), first,
+                   data.column(SEQ).to_numpy()[first])
+        index.covers, index.built = frozenset([rel]), True
+        return index
+
     # --- keeping it current ----------------------------------------------------------------------
 
     def missing(self, live: list[str]) -> list[str]:
@@ -292,6 +304,13 @@ def of(folder: Path, schema: pa.Schema) -> KeyIndex:
         while total > KEEP and len(_indexes) > 1:
             total -= len(_indexes.popitem(last=False)[1])
         return index
+
+
+def install(folder: Path, index: KeyIndex) -> None:
+    """Make `index` the partition's (under its writer lock: no checkpoint is using the old one)."""
+    with _registry:
+        _indexes[str(folder)] = index
+        _indexes.move_to_end(str(folder))
 
 
 def peek(folder: Path) -> KeyIndex | None:
