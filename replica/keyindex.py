@@ -184,16 +184,29 @@ class KeyIndex:
         newer). Exact for the merges htap.replica.compaction makes: a tier merge keeps every
         version, and a base merge's inputs were every delta older than the partition's others."""
         gone = np.array([self._codes[r] for r in removed if r in self._codes], dtype=np.int32)
+        first, _ = newest_per_key(data, self.schema.names)
+        keys = data.select(self.schema.names).take(pa.array(first)).cast(self.schema)
+        seqs = data.column(SEQ).to_numpy()[first]
+        h = hashes(keys)
         keep = ~np.isin(self.target, gone)
+        at = self.find(keys, h)
+        if (at >= 0).all():
+            # A tier merge: every entry in `removed` is the newest version of one of `data`'s
+            # keys, which `data` holds as that key's newest: re-point those entries in place
+            # (no filtering of every entry of a 1M-key partition: 0.1 s idle, 0.5 s under load).
+            mine = np.isin(self.target[at], gone)
+            if mine.sum() == (~keep).sum() and (self.seq[at[mine]] == seqs[mine]).all():
+                self.target[at[mine]] = self._code(added)
+                self.row[at[mine]] = first[mine]
+                self.covers = (self.covers - set(removed)) | {added}
+                return
         if not keep.all():
             new_id = np.cumsum(keep) - 1
             kept_pairs = keep[self.order]
             self.h, self.order = self.h[kept_pairs], new_id[self.order[kept_pairs]]
             self.keys = self.keys.filter(pa.array(keep))
             self.target, self.row, self.seq = self.target[keep], self.row[keep], self.seq[keep]
-        first, _ = newest_per_key(data, self.schema.names)
-        self._put(data.select(self.schema.names).take(pa.array(first)).cast(self.schema), self._code(added), first,
-                  data.column(SEQ).to_numpy()[first])
+        self._put(keys, self._code(added), first, seqs, h)
         self.covers = (self.covers - set(removed)) | {added}
 
     # --- lookups -------------------------------------------------------------------------------
