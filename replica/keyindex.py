@@ -313,17 +313,24 @@ def of(folder: Path, schema: pa.Schema) -> KeyIndex:
         if index is None or index.schema != schema:
             index = _indexes[name] = KeyIndex(schema)
         _indexes.move_to_end(name)
-        total = sum(len(i) for i in _indexes.values())
-        while total > KEEP and len(_indexes) > 1:
-            total -= len(_indexes.popitem(last=False)[1])
+        _evict()
         return index
 
 
+def _evict() -> None:
+    """Forget the least recently used partitions' indexes past KEEP entries (under _registry)."""
+    total = sum(len(i) for i in _indexes.values())
+    while total > KEEP and len(_indexes) > 1:
+        total -= len(_indexes.popitem(last=False)[1])
+
+
 def install(folder: Path, index: KeyIndex) -> None:
-    """Make `index` the partition's (under its writer lock: no checkpoint is using the old one)."""
+    """Make `index` the partition's (under its writer lock, or before anything else writes the
+    partition: no checkpoint is using the old one)."""
     with _registry:
         _indexes[str(folder)] = index
         _indexes.move_to_end(str(folder))
+        _evict()
 
 
 def peek(folder: Path) -> KeyIndex | None:
