@@ -178,3 +178,15 @@ def test_a_tier_merge_swapped_in_place_or_a_whole_merge_indexed_ahead_equals_a_r
     a, _ = index.supersede(probe, "p/next.parquet")
     b, _ = fresh.supersede(probe, "p/next.parquet")
     assert entries(a) == entries(b) == entries(dv.superseded(probe, KEY, root, live))
+
+
+def test_single_integer_keys_hash_without_duckdb_and_are_found():
+    schema = pa.schema([("id", pa.int64())])
+    stored = pa.table({"id": pa.array([-(2**63), -1, 0, 7, 2**63 - 1], pa.int64())})
+    h = keyindex.hashes(stored)
+    assert h.dtype == np.uint64 and len(set(h.tolist())) == 5
+    assert keyindex.hashes(stored.slice(3, 1)).tolist() == h[3:4].tolist()  # a key's hash is its own
+    index = KeyIndex(schema)
+    index._put(stored, index._code("d"), np.arange(5), np.ones(5, np.int64))
+    probe = pa.table({"id": pa.array([7, 8, -1, 2**63 - 1], pa.int64())})
+    assert index.find(probe).tolist() == [3, -1, 1, 4]
