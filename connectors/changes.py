@@ -1,7 +1,8 @@
 """The unified change model every source produces, and the interface a source implements.
 
 A source (Postgres, MySQL/MariaDB, Debezium) turns its log into a stream of events:
-`Begin` / `RowChange`... / `Commit` per transaction, in commit order, each transaction stamped
+`Begin` / `RowChange`... / `Commit` per transaction (a `RowBatch` is a run of row changes of one
+table, column-wise), in commit order, each transaction stamped
 with its commit sequence (`seq`, an int64 in the source's own total commit order); `Truncate`
 inside a transaction; `Progress` between transactions when the source can vouch that every
 commit up to a seq has been delivered (heartbeats keep safe seqs moving while a source is idle).
@@ -116,6 +117,24 @@ class RowChange:
 
 
 @dataclass(frozen=True)
+class RowBatch:
+    """Consecutive changes of one table in one transaction, all of one op, column-wise: one
+    sequence per column in source order, of the values as the source's `decode_column` takes them
+    (Postgres: Arrow string arrays of text). It holds no UNSET value and no old key (a key change
+    always arrives as a `RowChange`); for a delete only the key columns matter. The same changes
+    as `RowChange`s, in the same order, mean exactly the same: a batch only spares the per-row
+    Python steps."""
+
+    schema: str
+    table: str
+    op: str  # "upsert" or "delete"
+    columns: list
+
+    def __len__(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+
+@dataclass(frozen=True)
 class Truncate:
     tables: tuple[tuple[str, str], ...]  # (schema, table)
 
@@ -140,7 +159,7 @@ class Relation:
     columns: tuple[str, ...]
 
 
-Event = Begin | RowChange | Truncate | Commit | Progress | Relation
+Event = Begin | RowChange | RowBatch | Truncate | Commit | Progress | Relation
 
 
 class ChangeStream(ABC):

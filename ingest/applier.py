@@ -14,7 +14,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from htap.connectors.changes import Begin, Commit, Event, Progress, Relation, RowChange, Truncate
+from htap.connectors.changes import Begin, Commit, Event, Progress, Relation, RowBatch, RowChange, Truncate
 from htap.errors import HtapError, PoisonError
 from htap.ingest.buffer import TableBuffer
 from htap.replica.models import TableInfo
@@ -90,6 +90,8 @@ class TransactionApplier:
     def apply(self, event: Event) -> Action | None:
         if isinstance(event, RowChange):
             return self._row(event)
+        if isinstance(event, RowBatch):
+            return self._batch(event)
         if isinstance(event, Begin):
             self.in_txn, self.txn_seq = True, event.seq
             self.skip_txn = self.txn_seq <= self.position
@@ -129,6 +131,21 @@ class TransactionApplier:
         except HtapError as e:
             return Failed(tid, e, self.txn_seq)
         self.buffered += 1
+        return None
+
+    def _batch(self, event: RowBatch) -> Action | None:
+        """Many row changes at once: the same outcome as their RowChanges one by one."""
+        tid = self.by_name.get((event.schema, event.table))
+        if not self._wanted(tid):
+            return None
+        buf = self.buffers[tid]
+        if len(event.columns) != len(buf.names):
+            return Recopy(tid, f"a change carried {len(event.columns)} columns, the replica has {len(buf.names)}")
+        try:
+            buf.append_batch(event.columns, self.txn_seq, delete=event.op == "delete")
+        except HtapError as e:
+            return Failed(tid, e, self.txn_seq)
+        self.buffered += len(event)
         return None
 
     def drop(self, table_id: int) -> None:

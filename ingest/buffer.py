@@ -1,11 +1,15 @@
-"""Buffered changes of one table between checkpoints, kept as Python lists per column.
+"""Buffered changes of one table between checkpoints, kept column-wise.
 
-The stream appends one list element per value (the protocol decoder already touched each value
-once); everything after that — type decoding, sorting, collapsing — is vectorized.
+A row change appends one list element per value (the protocol decoder already touched each value
+once); a batch of changes (`RowBatch`) appends its columns as they are (Arrow arrays of text from
+the Postgres stream), with no step per row. Everything after that — type decoding, sorting,
+collapsing — is vectorized.
 """
 
 from __future__ import annotations
 
+import bisect
+from itertools import repeat
 from typing import Callable
 
 import pyarrow as pa
@@ -26,10 +30,14 @@ class TableBuffer:
         """`decode` turns one buffered column into Arrow (the source's ChangeSource.decode_column)."""
         self.table = table
         self.decode = decode
-        self.names = [c.name for c in table.columns]
-        self.key_positions = [self.names.index(k) for k in table.key]
+        self._columns_of(table)
         self.frozen: list[tuple[TableInfo, tuple]] = []  # (table, undecoded rows) under older schemas
         self._reset()
+
+    def _columns_of(self, table: TableInfo) -> None:
+        self.names = [c.name for c in table.columns]
+        self.key_positions = [self.names.index(k) for k in table.key]
+        self.is_key = [i in self.key_positions for i in range(len(self.names))]
 
     def retable(self, table: TableInfo) -> None:
         """The table's logical schema changed: rows buffered so far keep the old one (they are
@@ -37,8 +45,7 @@ class TableBuffer:
         if len(self):
             self.frozen.append((self.table, self._rows()))
         self.table = table
-        self.names = [c.name for c in table.columns]
-        self.key_positions = [self.names.index(k) for k in table.key]
+        self._columns_of(table)
         self._reset()
 
     def drain_all(self) -> list[tuple[TableInfo, pa.Table]]:
@@ -53,11 +60,19 @@ class TableBuffer:
         return bool(self.frozen) or len(self) > 0
 
     def _reset(self) -> None:
-        self.columns: list[list] = [[] for _ in self.names]
+        # Rows are kept column-wise in parts, in arrival order: sealed parts (a batch's arrays,
+        # or per-row lists sealed when a batch arrived), then the open part, one list per column.
+        self.parts: list[list] = []  # per part: one sequence (list or Arrow array) per column
+        self.part_starts: list[int] = []  # the row number of each part's first row
+        self.columns: list[list] = [[] for _ in self.names]  # the open part
+        self.open_start = 0  # the row number of the open part's first row
         self.seqs: list[int] = []
         self.ops: list[int] = []
         self.unset: list[int] = []
-        self.latest: dict[tuple, int] = {}  # key -> position of its newest buffered version
+        # key -> row number of its newest buffered version, for rows [0, indexed): kept up to date
+        # only when a partial row needs it (`_fill`), so full rows cost no key lookup.
+        self.latest: dict[tuple, int] = {}
+        self.indexed = 0
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -70,21 +85,20 @@ class TableBuffer:
             )
 
     def upsert(self, values: list, seq: int) -> None:
-        key = self.key_of(values)
         mask = 0
         if UNSET in values:
-            values, mask = self._fill(key, values)
-        self.latest[key] = len(self.seqs)
+            values, mask = self._fill(values)
         for col, v in zip(self.columns, values):
             col.append(v)
         self.seqs.append(seq)
         self.ops.append(OP_UPSERT)
         self.unset.append(mask)
 
-    def _fill(self, key: tuple, values: list) -> tuple[list, int]:
+    def _fill(self, values: list) -> tuple[list, int]:
         """A partial row: fill unset values from the key's newest buffered version if there is
         one; what stays unset is marked in the mask and filled from older deltas when read."""
-        prev = self.latest.get(key)
+        self._index()
+        prev = self.latest.get(self.key_of(values))
         usable = prev is not None and self.ops[prev] == OP_UPSERT
         filled, mask = [], 0
         for i, v in enumerate(values):
@@ -95,33 +109,103 @@ class TableBuffer:
                         f"the first {MAX_PARTIAL_COLUMNS} columns can be; set REPLICA IDENTITY FULL on the source table"
                     )
                 if usable:
-                    v = self.columns[i][prev]
+                    v = self._value(i, prev)
                     mask |= self.unset[prev] & (1 << i)
                 else:
                     v, mask = None, mask | (1 << i)
             filled.append(v)
         return filled, mask
 
+    def _index(self) -> None:
+        """Bring `latest` up to date with every buffered row."""
+        n = len(self.seqs)
+        if self.indexed == n:
+            return
+        keys = [self._column_values(i, self.indexed, n) for i in self.key_positions]
+        latest = self.latest
+        for row, key in enumerate(zip(*keys), start=self.indexed):
+            latest[key] = row
+        self.indexed = n
+
+    def _column_values(self, i: int, lo: int, hi: int) -> list:
+        """Column i of rows [lo, hi) as Python values (as the source delivered them)."""
+        out: list = []
+        for part, start in [*zip(self.parts, self.part_starts), (self.columns, self.open_start)]:
+            seq = part[i]
+            a, b = max(lo - start, 0), min(hi - start, len(seq))
+            if a < b:
+                out += seq.slice(a, b - a).to_pylist() if isinstance(seq, pa.Array) else seq[a:b]
+        return out
+
+    def _value(self, i: int, row: int):
+        if row >= self.open_start:
+            return self.columns[i][row - self.open_start]
+        k = bisect.bisect_right(self.part_starts, row) - 1
+        seq = self.parts[k][i]
+        v = seq[row - self.part_starts[k]]
+        return v.as_py() if isinstance(v, pa.Scalar) else v
+
     def delete(self, old: list, seq: int) -> None:
         """`old` holds at least the key columns; the rest is not kept."""
-        self.latest[self.key_of(old)] = len(self.seqs)
-        for i, col in enumerate(self.columns):
-            col.append(old[i] if i in self.key_positions else None)
+        for i, (col, is_key) in enumerate(zip(self.columns, self.is_key)):
+            col.append(old[i] if is_key else None)
         self.seqs.append(seq)
         self.ops.append(OP_DELETE)
         self.unset.append(0)
+
+    def append_batch(self, columns: list, seq: int, delete: bool = False) -> None:
+        """Many full rows (upserts) or deletes (only the key columns matter) of the transaction at
+        `seq` at once, column-wise: one sequence per column (e.g. Arrow arrays), no UNSET values.
+        The same outcome as `upsert` / `delete` row by row."""
+        n = len(columns[0]) if columns else 0
+        if n == 0:
+            return
+        if delete:
+            columns = [
+                col if is_key else (pa.nulls(n, col.type) if isinstance(col, pa.Array) else [None] * n)
+                for col, is_key in zip(columns, self.is_key)
+            ]
+        self._seal()
+        self.parts.append(list(columns))
+        self.part_starts.append(len(self.seqs))
+        self.seqs += repeat(seq, n)
+        self.ops += repeat(OP_DELETE if delete else OP_UPSERT, n)
+        self.unset += repeat(0, n)
+        self.open_start = len(self.seqs)
+
+    def _seal(self) -> None:
+        """Close the open part (if it holds rows): later rows start a new part."""
+        if len(self.seqs) > self.open_start:
+            self.parts.append(self.columns)
+            self.part_starts.append(self.open_start)
+            self.columns = [[] for _ in self.names]
+            self.open_start = len(self.seqs)
 
     def truncate(self, seq: int) -> None:
         """The table was truncated in the transaction at `seq`: that transaction's earlier rows
         are gone. Older versions stay: reads below `seq` still see them (the truncation hides
         them from reads at or above it)."""
-        while self.seqs and self.seqs[-1] == seq:
-            for col in self.columns:
-                col.pop()
-            self.seqs.pop()
-            self.ops.pop()
-            self.unset.pop()
+        keep = len(self.seqs)
+        while keep and self.seqs[keep - 1] == seq:
+            keep -= 1
+        self._cut(keep)
         self.latest.clear()  # no version from before the truncation can be a row's base
+        self.indexed = keep
+
+    def _cut(self, keep: int) -> None:
+        """Keep the first `keep` rows."""
+        if keep < self.open_start:
+            while self.part_starts and self.part_starts[-1] >= keep:
+                self.parts.pop()
+                self.part_starts.pop()
+            if self.parts:
+                size = keep - self.part_starts[-1]
+                self.parts[-1] = [c.slice(0, size) if isinstance(c, pa.Array) else c[:size] for c in self.parts[-1]]
+            self.columns = [[] for _ in self.names]
+            self.open_start = keep
+        for col in self.columns:
+            del col[keep - self.open_start:]
+        del self.seqs[keep:], self.ops[keep:], self.unset[keep:]
 
     def key_of(self, values: list) -> tuple:
         return tuple(values[i] for i in self.key_positions)
@@ -133,16 +217,19 @@ class TableBuffer:
         return self._decode(self.table, *raw)
 
     def _rows(self) -> tuple:
-        return self.columns, self.seqs, self.ops, self.unset
+        """The buffered rows: per column, its parts' sequences in row order; seqs, ops, masks."""
+        self._seal()
+        columns = [[part[i] for part in self.parts] for i in range(len(self.names))]
+        return columns, self.seqs, self.ops, self.unset
 
     def _decode(self, table: TableInfo, columns: list[list], seqs: list[int], ops: list[int], unset: list[int]) -> pa.Table:
         """Buffered rows -> Arrow, one vectorized decode per column. A value the column's replica
         type cannot hold is a PoisonError naming the column, the value and its change's seq."""
         names = [c.name for c in table.columns]
         arrays = []
-        for col, f in zip(columns, table.arrow_schema):
+        for parts, f in zip(columns, table.arrow_schema):
             try:
-                arrays.append(decode_checked(self.decode, col, f.type, f.name))
+                arrays.append(decode_checked(self.decode, _joined(parts), f.type, f.name))
             except PoisonError as e:
                 if e.row is not None and e.row < len(seqs):
                     e.seq = seqs[e.row]
@@ -155,3 +242,14 @@ class TableBuffer:
             pa.array(range(n), pa.int64()),
         ]
         return pa.Table.from_arrays(arrays, names=[*names, SEQ, OP, UNSET_MASK, ORD])
+
+
+def _joined(parts: list):
+    """One column's parts as one sequence to decode: a list when every part is a list (values as
+    the source delivered them), else one Arrow array of the batches' type (lists converted)."""
+    arrow = next((p for p in parts if isinstance(p, pa.Array)), None)
+    if arrow is None:
+        return parts[0] if len(parts) == 1 else [v for p in parts for v in p]  # [] for no rows
+    if len(parts) == 1:
+        return arrow
+    return pa.concat_arrays([p if isinstance(p, pa.Array) else pa.array(p, arrow.type) for p in parts])

@@ -11,9 +11,10 @@ point and range lookups by key skip most of the work.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
@@ -131,10 +132,12 @@ def partition_query(
     delta_versions: list[int] | None,
     added_versions: dict[str, int] | None,
     name: str = "__visible",
+    vectors: Callable[[], dv.Vectors | None] | None = None,
 ) -> tuple[str, list[str]]:
     """The DuckDB query of one partition read at `seq` with `subplan` applied, over local copies
     of the files (`<root>/<relative path>`), and those local files. `con` may get temporary views
-    and relations named after `name` (unique per partition read of one query)."""
+    and relations named after `name` (unique per partition read of one query). `vectors`: the
+    deletion vectors of this and the query's other partitions, loaded once on first call."""
     files = [str(root / p) for p in delta_paths]
     for p, f in zip(delta_paths, files):
         if not Path(f).is_file():
@@ -149,7 +152,7 @@ def partition_query(
             # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
             wanted = subplan.referenced_columns()
             needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
-            visible = dv.visible_source(con, root, delta_paths, seq, needed, name)
+            visible = dv.visible_source(con, root, delta_paths, seq, needed, name, vectors() if vectors else None)
             if visible is not None:
                 try:
                     con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {visible}")  # this cursor's own
@@ -198,6 +201,17 @@ class JoinedTableRead:
     plans: tuple[ReadPlan, ...]
 
 
+def _shared_vectors(con, root: Path, plans: tuple[ReadPlan, ...]) -> Callable[[], dv.Vectors | None] | None:
+    """The deletion vectors of every partition a task reads of one table, loaded once when the
+    first partition needs them: two DuckDB queries for all of them instead of three per partition
+    (a one-task scan of a table with P partitions). None for a single partition or mixed seqs."""
+    seqs = {plan.seq for plan in plans}
+    if len(plans) < 2 or len(seqs) != 1:
+        return None
+    paths = [p for plan in plans for p in plan.delta_paths]
+    return functools.cache(lambda: dv.load(con, root, paths, seqs.pop()))
+
+
 def _plan_files(plan: ReadPlan) -> dict[str, str | None]:
     if plan.files:
         return dict(plan.files)
@@ -227,12 +241,13 @@ def read_joined(
             views = []
             for i, (t, (_name, own)) in enumerate(zip(tables, reads)):
                 parts = []
+                vectors = _shared_vectors(con, root, t.plans)
                 for j, plan in enumerate(t.plans):
                     sql, local = partition_query(
                         con, root, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own,
                         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
                         delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
-                        name=f"__visible_{i}_{j}",
+                        name=f"__visible_{i}_{j}", vectors=vectors,
                     )
                     parts.append(f"({sql})")
                     files.setdefault(t.label, []).extend(local)

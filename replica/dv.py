@@ -20,7 +20,8 @@ older live deltas) is answered by the partition's key index (htap.replica.keyind
 writing process's memory and rebuilt from the deltas whenever it does not cover exactly the live
 deltas, so it needs no crash recovery of its own. `superseded` answers the same question by
 scanning the deltas' key columns (a join on the new keys with DuckDB): the index's reference in
-tests. Compaction recomputes the entries of the keys its output holds (`rebuild`).
+tests. Compaction recomputes the entries of the keys its output holds (`rebuild`), mostly before
+it takes the partition's lock (`Restatement`).
 Checkpoints and compactions of one partition serialize on a file lock, so a compaction never
 misses what a concurrent checkpoint superseded.
 
@@ -30,6 +31,7 @@ each file (htap.replica.warehouse.Warehouse.local), and entries name deltas by r
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -158,25 +160,76 @@ def rebuild(data: pa.Table, rel: str, key: list[str], root: Path, others: list[s
     each of their entries is already held by a live delta holding the key — the one holding the
     superseding version (a checkpoint records the version it supersedes) or, since a compaction
     moved one of the two, that compaction's output (it restated all entries of its keys)."""
-    keys = ", ".join(_q(k) for k in key)
-    prefix = str(root) + os.sep
-    con = engine.cursor()
-    try:
-        con.register("fresh", data.select(list(key) + [SEQ]))
-        parts = [f"SELECT {keys}, {_q(SEQ)}, '{rel.replace(chr(39), chr(39) * 2)}' AS target,"
-                 f" (row_number() OVER () - 1)::BIGINT AS row FROM fresh"]
-        if others:
-            parts.append(
-                f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS target, file_row_number::BIGINT AS row"
-                f" FROM {_files_sql([prefix + p for p in others])} SEMI JOIN (SELECT DISTINCT {keys} FROM fresh) USING ({keys})"
-            )
-        return con.sql(
-            f"SELECT target, row, newer AS seq FROM (SELECT target, row, lag({_q(SEQ)}) OVER"
-            f" (PARTITION BY {keys} ORDER BY {_q(SEQ)} DESC) AS newer FROM ({' UNION ALL '.join(parts)}))"
-            f" WHERE newer IS NOT NULL"
-        ).to_arrow_table().cast(ENTRIES)
-    finally:
-        con.close()
+    return Restatement.of(data, key, root, others).entries(rel)
+
+
+class Restatement:
+    """`rebuild` in two steps, so that a compaction computes the expensive part (a scan of the
+    partition's other deltas) before it takes the partition's writer lock, while checkpoints go
+    on, and under the lock only accounts for the deltas those checkpoints added meanwhile.
+
+    `of` restates the entries against the other deltas as they are then (`others`). Deltas
+    added after that, each holding only versions newer than every version of the output and of
+    `others` (checkpoints: the only writers besides compaction, which serializes with itself),
+    supersede, for each key they hold, that key's newest version before them; their own sidecars
+    name it, but where it is a version of the output they name the compaction's input holding
+    it, which the swap retires (entries naming retired deltas are ignored). `entries` restates
+    those: for each key of the added deltas whose newest version among the output and `others`
+    is in the output, an entry (output row, the key's oldest seq in the added deltas). Every
+    other entry the added deltas imply is held by their own sidecars, naming live deltas."""
+
+    def __init__(self, restated: pa.Table, newest: pa.Table, key: list[str]):
+        self.restated = restated  # ENTRIES, target null for rows of the output itself
+        self.newest = newest  # key columns and `__row`: the output's rows holding their key's newest version
+        self.key = key
+
+    @classmethod
+    def of(cls, data: pa.Table, key: list[str], root: Path, others: list[str]) -> "Restatement":
+        keys = ", ".join(_q(k) for k in key)
+        prefix = str(root) + os.sep
+        con = engine.cursor()
+        try:
+            con.register("fresh", data.select(list(key) + [SEQ]))
+            parts = [f"SELECT {keys}, {_q(SEQ)}, NULL::VARCHAR AS __target,"
+                     f" (row_number() OVER () - 1)::BIGINT AS __row FROM fresh"]
+            if others:
+                parts.append(
+                    f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS __target, file_row_number::BIGINT AS __row"
+                    f" FROM {_files_sql([prefix + p for p in others])} SEMI JOIN (SELECT DISTINCT {keys} FROM fresh) USING ({keys})"
+                )
+            versions = con.sql(
+                f"SELECT {keys}, __target, __row, lag({_q(SEQ)}) OVER (PARTITION BY {keys} ORDER BY {_q(SEQ)} DESC) AS __newer"
+                f" FROM ({' UNION ALL '.join(parts)})"
+            ).to_arrow_table()
+        finally:
+            con.close()
+        superseded = pc.is_valid(versions.column("__newer"))
+        restated = versions.filter(superseded).select(["__target", "__row", "__newer"]).rename_columns(ENTRIES.names)
+        mine = pc.and_(pc.invert(superseded), pc.is_null(versions.column("__target")))
+        newest = versions.filter(mine).select([*key, "__row"])
+        return cls(restated.cast(ENTRIES), newest, key)
+
+    def entries(self, rel: str, root: Path | None = None, added: list[str] = ()) -> pa.Table:
+        """The output's entries when written at `rel`, with the partition's live deltas being the
+        `others` it was restated against plus `added` (relative paths under `root`)."""
+        restated = self.restated.set_column(0, "target", pc.fill_null(self.restated.column("target"), rel))
+        if not added or not self.newest.num_rows:
+            return restated
+        keys = ", ".join(_q(k) for k in self.key)
+        prefix = str(root) + os.sep
+        con = engine.cursor()
+        try:
+            con.register("newest", self.newest)
+            later = con.sql(
+                f"SELECT n.__row, a.__s FROM newest n JOIN (SELECT {keys}, min({_q(SEQ)}) AS __s FROM"
+                f" read_parquet([{', '.join(_lit(prefix + p) for p in added)}], union_by_name = true) GROUP BY {keys})"
+                f" a USING ({keys})"
+            ).to_arrow_table()
+        finally:
+            con.close()
+        more = pa.table({"target": _repeat(rel, later.num_rows), "row": later.column("__row").cast(pa.int64()),
+                         "seq": later.column("__s").cast(pa.int64())}, schema=ENTRIES)
+        return pa.concat_tables([restated, more])
 
 
 def write_sidecar(path: Path, entries: pa.Table) -> None:
@@ -218,67 +271,99 @@ def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _trusted(con, root: Path, paths: list[str]) -> list[str] | None:
-    """The sidecars of `paths` (those with entries), after checking each delta's footer count
-    against its sidecar; None when a delta has no deletion vectors or a sidecar is missing or
-    damaged (never trusted: the caller merges)."""
+@dataclasses.dataclass(frozen=True)
+class Vectors:
+    """The footers and deletion vectors of a set of deltas at one seq, read in two DuckDB queries
+    (a one-task read loads every partition's at once rather than three queries per partition).
+    `hidden(paths)` answers for one partition's deltas, trusting nothing a footer does not vouch
+    for."""
+
+    seq: int
+    rows: dict[str, int]  # delta -> its row count
+    promised: dict[str, int]  # delta -> entries its footer records (absent: no deletion vectors)
+    found: dict[str, int]  # delta -> entries in its sidecar (sidecars read only where promised)
+    entries: dict[str, dict[str, np.ndarray]]  # delta -> its sidecar's entries at or below seq: target -> rows
+
+    def hidden(self, paths: list[str]) -> dict[str, np.ndarray] | None:
+        """Per delta of `paths` (one partition), the rows a newer version at or below the seq
+        supersedes; None when some delta has no deletion vectors or its sidecar does not hold
+        what its footer promises (the caller then merges)."""
+        per_target: dict[str, list[np.ndarray]] = {}
+        for rel in paths:
+            n = self.promised.get(rel)
+            if n is None:
+                return None
+            if n:
+                if self.found.get(rel) != n:
+                    log.warning("deletion vectors of %s damaged (footer says %d entries): reading with a merge", rel, n)
+                    return None
+                for target, rows in self.entries.get(rel, {}).items():
+                    per_target.setdefault(target, []).append(rows)
+        return {t: rows[0] if len(rows) == 1 else np.concatenate(rows) for t, rows in per_target.items()}
+
+
+def load(con, root: Path, paths: list[str], seq: int) -> Vectors | None:
+    """The footers of `paths` and the entries at or below `seq` of the sidecars they promise,
+    grouped by DuckDB (per sidecar and target: a count and the list of rows), so no Python touches
+    an entry; None when a footer or a sidecar cannot be read at all (the caller then merges, or
+    loads fewer deltas at a time, so that one bad file costs only its own partition the fast
+    path)."""
+    if not paths:
+        return Vectors(int(seq), {}, {}, {}, {})
     files = ", ".join(_lit(str(root / p)) for p in paths)
+    rel_of = {str(root / p): p for p in paths}
     try:
-        counts = dict(con.sql(
-            f"SELECT file_name, decode(value) FROM parquet_kv_metadata([{files}]) WHERE decode(key) = 'htap.dv'"
-        ).fetchall())
+        footers = con.sql(
+            f"SELECT m.file_name, m.num_rows, kv.n FROM parquet_file_metadata([{files}]) AS m LEFT JOIN"
+            f" (SELECT file_name, decode(value) AS n FROM parquet_kv_metadata([{files}]) WHERE decode(key) = 'htap.dv')"
+            f" AS kv USING (file_name)"
+        ).fetchall()
     except duckdb.Error:
         return None  # a damaged delta: the merge's read reports it
-    sides = []
-    for rel in paths:
-        n = counts.get(str(root / rel))
-        if n is None:
+    rows = {rel_of[f]: int(n) for f, n, _ in footers}
+    promised = {rel_of[f]: int(c) for f, _, c in footers if c is not None}
+    sides = [rel for rel in paths if promised.get(rel)]
+    found: dict[str, int] = {}
+    entries: dict[str, dict[str, np.ndarray]] = {}
+    if sides:
+        side_of = {str(root / sidecar(r)): r for r in sides}
+        try:
+            groups = con.sql(
+                f"SELECT filename, target, count(*) AS n, list(row) FILTER (WHERE seq <= {int(seq)}) AS rows"
+                f" FROM read_parquet([{', '.join(_lit(f) for f in side_of)}], filename = true) GROUP BY filename, target"
+            ).to_arrow_table()
+        except duckdb.Error as e:
+            log.warning("deletion vectors unreadable (%s): reading with a merge", str(e).splitlines()[0])
             return None
-        if int(n):
-            sides.append((rel, int(n)))
-    if not sides:
-        return []
-    try:
-        found = dict(con.sql(
-            f"SELECT filename, count(*) FROM read_parquet([{', '.join(_lit(str(root / sidecar(r))) for r, _ in sides)}],"
-            f" filename = true) GROUP BY filename"
-        ).fetchall())
-    except duckdb.Error as e:
-        log.warning("deletion vectors unreadable (%s): reading the partition with a merge", str(e).splitlines()[0])
-        return None
-    for rel, n in sides:
-        if found.get(str(root / sidecar(rel))) != n:
-            log.warning("deletion vectors of %s damaged (footer says %d entries): reading with a merge", rel, n)
-            return None
-    return [sidecar(r) for r, _ in sides]
+        lists = groups.column("rows").combine_chunks()
+        for i, (f, target, n) in enumerate(zip(*(groups.column(c).to_pylist() for c in ("filename", "target", "n")))):
+            rel = side_of[f]
+            found[rel] = found.get(rel, 0) + n
+            hidden = lists[i]  # NULL when none of the target's entries is at or below seq
+            if hidden.is_valid and len(hidden):
+                entries.setdefault(rel, {})[target] = hidden.values.to_numpy()
+    return Vectors(int(seq), rows, promised, found, entries)
 
 
-def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[str], name: str) -> str | None:
+def visible_source(
+    con, root: Path, paths: list[str], seq: int, columns: list[str], name: str, vectors: Vectors | None = None
+) -> str | None:
     """A relation (SQL) of the partition's versions that no newer version at or below `seq`
     supersedes — `columns`, `_seq` and `_op`: per delta, a scan of the file positionally joined
     with a boolean `keep` column built from its entries at or below `seq` (no hashing, no per-key
     work; DuckDB never pushes a filter below a positional join, so the rows stay aligned). The
     caller still filters `_seq <= seq`, the truncation floor and `_op`. None when some delta has
-    no trustworthy deletion vectors (the caller then merges). Registers the masks on `con` as
-    `<name>_keep_<i>`: `name` must be unique among the partition reads of one query on `con` (a
-    joined scan reads several tables' partitions on one cursor, and its views are only evaluated
-    at the end: a shared name would give every partition the last one's masks)."""
-    sides = _trusted(con, root, paths)
-    if sides is None:
+    no trustworthy deletion vectors (the caller then merges). `vectors`: what `load` read for
+    these deltas and more at the same seq (else they are loaded here). Registers the masks on
+    `con` as `<name>_keep_<i>`: `name` must be unique among the partition reads of one query on
+    `con` (a joined scan reads several tables' partitions on one cursor, and its views are only
+    evaluated at the end: a shared name would give every partition the last one's masks)."""
+    if vectors is None or vectors.seq != int(seq):
+        vectors = load(con, root, paths, seq)
+    hidden = vectors.hidden(paths) if vectors is not None else None
+    if hidden is None:
         return None
     cols = ", ".join(_q(c) for c in dict.fromkeys([*columns, SEQ, OP]))
-    hidden: dict[str, np.ndarray] = {}
-    if sides:
-        entries = con.sql(
-            f"SELECT target, row FROM read_parquet([{', '.join(_lit(str(root / s)) for s in sides)}])"
-            f" WHERE seq <= {int(seq)}"
-        ).to_arrow_table()
-        if entries.num_rows:
-            targets = entries.column("target").combine_chunks().dictionary_encode()
-            which = targets.indices.to_numpy()
-            rows = entries.column("row").to_numpy()
-            for j, target in enumerate(targets.dictionary.to_pylist()):  # one pass per delta, not per row
-                hidden[target] = rows[which == j]
     parts = []
     for i, rel in enumerate(paths):
         f = _lit(str(root / rel))
@@ -286,7 +371,7 @@ def visible_source(con, root: Path, paths: list[str], seq: int, columns: list[st
         if rows is None:
             parts.append(f"SELECT {cols} FROM read_parquet({f})")
             continue
-        keep = np.ones(pq.read_metadata(root / rel).num_rows, dtype=bool)
+        keep = np.ones(vectors.rows[rel], dtype=bool)
         keep[rows] = False
         con.register(f"{name}_keep_{i}", pa.table({"__keep": keep}))
         parts.append(f"SELECT {cols} FROM (SELECT * FROM read_parquet({f}) POSITIONAL JOIN {name}_keep_{i}) WHERE __keep")

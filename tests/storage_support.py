@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from htap.ingest.buffer import TableBuffer
-from htap.pushdown.replica_reader import read_plan
+from htap.pushdown.replica_reader import JoinedTableRead, read_joined, read_plan
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import Column, TableInfo, encode_schema
@@ -90,6 +90,13 @@ class DirectTable:
                 read_plan(self.warehouse, self.table.qualified_name, schema, list(self.table.key), plan, subplan, out)
             )
         return pa.Table.from_batches(batches, schema=out)
+
+    def read_one_task(self, seq: int) -> pa.Table:
+        """Every partition at `seq` in one DuckDB query, as a one-task scan reads them (the
+        partitions' deletion vectors loaded together, htap.replica.dv.load)."""
+        schema = self.table.arrow_schema
+        read = JoinedTableRead(self.table.qualified_name, schema, list(self.table.key), tuple(self.plans(seq)))
+        return pa.Table.from_batches(list(read_joined(self.warehouse, [read], PushedSubplan(one_task=True), schema)), schema=schema)
 
 
 class ManualClock:

@@ -4,7 +4,8 @@ also whatever the online splits and merges of partitions (some with a checkpoint
 while they run, whose deltas they carry over) and the garbage collection of what they retired:
 time travel to before a split reads the old layout. And whatever befalls the checkpoints' key
 index (htap.replica.keyindex): dropped, stale, behind, swapped by compactions, retired by
-repartitions."""
+repartitions. And compactions that restate their deletion vectors before a checkpoint commits to
+the partition and swap after it (htap.replica.dv.Restatement)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def dv_rows(table: DirectTable, seq: int) -> list[tuple] | None:
 
 def check(table: DirectTable, seq: int, history: dict, ops: list[str]) -> None:
     assert table_rows(table.read(seq)) == model_rows(history[seq]), f"at seq {seq}"
+    assert table_rows(table.read_one_task(seq)) == model_rows(history[seq]), f"in one task at seq {seq}"
     via_dv = dv_rows(table, seq)
     if via_dv is not None:
         assert via_dv == model_rows(history[seq]), f"deletion vectors at seq {seq}"
@@ -80,6 +82,23 @@ def upset_index(table: DirectTable, how: str | None) -> None:
                     index.covers = index.covers | {"never-committed.parquet"}
                 else:  # "behind": another process wrote its newest delta
                     index.covers = index.covers - {max(index.covers)}
+
+
+def compact(table: DirectTable, data, gc_floor: int, seq: int, meanwhile=None) -> int:
+    """Maybe merge some deltas of one partition (all of them: a base merge with a drawn GC seq);
+    returns the new GC floor (reads below the GC seq are no longer exact)."""
+    live = table.store.deltas(table.table.id)
+    if len(live) < 2:
+        return gc_floor
+    part = data.draw(st.sampled_from(sorted({d.part for d in live})))
+    mine = [d for d in live if d.part == part]
+    if len(mine) < 2:
+        return gc_floor
+    whole = data.draw(st.booleans(), label="whole partition")
+    chosen = mine if whole else data.draw(st.lists(st.sampled_from(mine), min_size=2, unique=True))
+    gc = data.draw(st.integers(gc_floor, seq), label="gc seq") if whole else None
+    merge(table.warehouse, table.store, table.table, part, chosen, gc, meanwhile=meanwhile)
+    return gc_floor if gc is None else max(gc_floor, gc)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,6 +154,10 @@ def test_reads_at_every_seq_equal_the_model(data):
                     repartition(table.warehouse, table.store, table.table.id, Change(action, parts, "test"),
                                 data.draw(st.integers(1, 3), label="partition rows"),
                                 meanwhile=(lambda: done.append(table.checkpoint(seq))) if during else None)
+                if not done and len(table.buffer) > 0 and data.draw(st.booleans(), label="compaction during it"):
+                    # A compaction that restated its deletion vectors before this checkpoint
+                    # committed a delta to the partition, and takes the lock after it.
+                    gc_floor = compact(table, data, gc_floor, seq, meanwhile=lambda: done.append(table.checkpoint(seq)))
                 if not done:
                     table.checkpoint(seq)
                 table.table = table.store.table_by_id(table.table.id)
@@ -144,17 +167,8 @@ def test_reads_at_every_seq_equal_the_model(data):
                         delete_delta_files(table.warehouse, path)
                 # Time travel now, before later compactions raise the GC floor past this seq.
                 check(table, data.draw(st.integers(gc_floor, seq), label="read at"), history, ops)
-                live = table.store.deltas(table.table.id)
-                if len(live) >= 2 and data.draw(st.booleans(), label="compact"):
-                    part = data.draw(st.sampled_from(sorted({d.part for d in live})))
-                    mine = [d for d in live if d.part == part]
-                    if len(mine) >= 2:
-                        whole = data.draw(st.booleans(), label="whole partition")
-                        chosen = mine if whole else data.draw(st.lists(st.sampled_from(mine), min_size=2, unique=True))
-                        gc = data.draw(st.integers(gc_floor, seq), label="gc seq") if whole else None
-                        merge(table.warehouse, table.store, table.table, part, chosen, gc)
-                        if gc is not None:
-                            gc_floor = max(gc_floor, gc)  # reads below the GC seq are no longer exact
+                if data.draw(st.booleans(), label="compact"):
+                    gc_floor = compact(table, data, gc_floor, seq)
         table.checkpoint(max(history))
         for seq in range(gc_floor, max(history) + 1):
             check(table, seq, history, ops)
@@ -197,3 +211,38 @@ def test_deletion_vectors_time_travel_compaction_and_damage(tmp_path):
     side.unlink()
     assert dv_rows(table, 2) is None
     exact("missing sidecar")
+
+
+def test_one_task_read_of_partitions_with_one_damaged_sidecar(tmp_path):
+    """A one-task read loads every partition's deletion vectors at once (htap.replica.dv.load):
+    a sidecar that does not hold what its footer promises costs only its own partition the
+    deletion-vector scan (it merges), an unreadable one makes each partition load its own; the
+    rows stay exact either way."""
+    schema = pa.schema([("k", pa.int64()), ("a", pa.int64())])
+    table = DirectTable(tmp_path, schema, ["k"], [10, 20])
+    for k in range(30):
+        table.upsert([k, k], 1)
+    table.checkpoint(1)
+    for k in range(0, 30, 3):
+        table.upsert([k, -k], 2)
+    table.checkpoint(2)
+    want = sorted((k, -k if k % 3 == 0 else k) for k in range(30))
+    assert table_rows(table.read_one_task(2)) == want
+    plans = table.plans(2)
+    paths = [p for plan in plans for p in plan.delta_paths]
+    con = engine.cursor()
+    vectors = dv.load(con, table.warehouse, paths, 2)
+    assert all(vectors.hidden(list(plan.delta_paths)) for plan in plans)  # each partition hides its updated rows
+    newest = max(plans[0].delta_paths)
+    side = table.warehouse / dv.sidecar(newest)
+    original = side.read_bytes()
+    other = pa.table({"target": ["x"], "row": pa.array([0], pa.int64()), "seq": pa.array([1], pa.int64())})
+    dv.write_sidecar(side, other)  # readable, but not the entries the footer promises
+    vectors = dv.load(con, table.warehouse, paths, 2)
+    assert vectors.hidden(list(plans[0].delta_paths)) is None
+    assert all(vectors.hidden(list(plan.delta_paths)) for plan in plans[1:])
+    assert table_rows(table.read_one_task(2)) == want
+    side.write_bytes(original[:-9])  # unreadable: the shared load fails, each partition loads its own
+    assert dv.load(con, table.warehouse, paths, 2) is None
+    assert table_rows(table.read_one_task(2)) == want
+    con.close()

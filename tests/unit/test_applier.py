@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from unit_support import make_table
 
-from htap.connectors.changes import UNSET, Begin, Commit, Progress, Relation, RowChange, Truncate, python_values
+from htap.connectors.changes import UNSET, Begin, Commit, Progress, Relation, RowBatch, RowChange, Truncate, python_values
 from htap.errors import HtapError
 from htap.ingest.applier import Failed, FollowSchema, Recopy, TransactionApplier
 from htap.ingest.buffer import SchemaChanged
@@ -268,3 +268,38 @@ def test_a_relation_between_transactions_after_a_re_sent_one_is_followed():
     a = applier(position=200)
     txn(a, 150, row())
     assert a.apply(Relation("public", "orders", ("id", "v", "w"))) == FollowSchema(1, ("id", "v", "w"))
+
+
+# --- row batches ------------------------------------------------------------------------------
+
+
+def batch(table="orders", op="upsert", columns=((1, 2), ("a", "b"))) -> RowBatch:
+    return RowBatch("public", table, op, [list(c) for c in columns])
+
+
+def test_a_row_batch_is_buffered_as_its_rows():
+    a, b = applier(), applier()
+    txn(a, 101, batch(columns=((1, 2, 1), ("a", "b", "c"))), batch(op="delete", columns=((2,), ("x",))))
+    txn(b, 101, row(values=(1, "a")), row(values=(2, "b")), row(values=(1, "c")), row(op="delete", values=(2, "x")))
+    assert a.buffered == b.buffered == 4
+    (_, got), = a.drain()[0]
+    (_, want), = b.drain()[0]
+    assert got.equals(want)
+    assert got.column(OP).to_pylist() == [0, 0, 0, 1] and got.column("v").to_pylist() == ["a", "b", "c", None]
+
+
+def test_row_batches_follow_the_skip_rules_of_rows():
+    a = applier(position=200)
+    txn(a, 150, batch())  # a re-send
+    txn(a, 201, batch("items"), batch("other"))
+    assert len(a.buffers[1]) == 0 and a.buffered == 2
+    assert a.buffers[2].seqs == [201, 201]
+    b = applier()
+    txn(b, 60, batch("orders"), batch("items"))  # orders copied at 100, items at 50
+    assert len(b.buffers[1]) == 0 and len(b.buffers[2]) == 2
+
+
+def test_a_row_batch_with_another_column_count_asks_for_a_recopy():
+    a = applier()
+    (action,) = txn(a, 101, batch(columns=((1,), ("a",), ("x",))), commit=False)
+    assert action == Recopy(1, "a change carried 3 columns, the replica has 2")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import decimal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from unit_support import make_table
+from hypothesis import given
+from hypothesis import strategies as st
+from unit_support import PROPERTY, make_table
 
 from htap.connectors.changes import UNSET
 from htap.ingest.buffer import MAX_PARTIAL_COLUMNS, SchemaChanged, TableBuffer
@@ -186,3 +189,82 @@ def test_retable_of_an_empty_buffer_freezes_nothing():
     buf = buffer()
     buf.retable(make_table(SCHEMA, schema_version=2))
     assert buf.frozen == [] and not buf.pending()
+
+
+# --- batches (RowBatch): the same outcome as their rows one by one --------------------------
+
+TEXT_SCHEMA = pa.schema([("id", pa.int64()), ("a", pa.string()), ("b", pa.int32())])
+
+
+def from_text(values, type_):
+    """Like Postgres' decode_column: text values (a list, or an Arrow array of batches) -> type_."""
+    return pc.cast(values if isinstance(values, pa.Array) else pa.array(values, pa.string()), type_)
+
+
+keys = st.integers(0, 6).map(str)
+cells = st.one_of(st.none(), st.text(max_size=4))
+numbers = st.one_of(st.none(), st.integers(-5, 5).map(str))
+changes = st.one_of(
+    st.tuples(st.just("upsert"), keys, cells, numbers),
+    st.tuples(st.just("upsert"), keys, st.one_of(cells, st.just(UNSET)), st.one_of(numbers, st.just(UNSET))),
+    st.tuples(st.just("delete"), keys),
+    st.tuples(st.just("truncate")),
+    st.tuples(st.just("commit")),
+    st.tuples(st.just("drain")),
+)
+
+
+@PROPERTY
+@given(st.lists(changes, max_size=60), st.lists(st.integers(1, 5), min_size=1, max_size=8))
+def test_batches_buffer_as_their_rows_one_by_one(script, cuts):
+    """Full upserts and deletes of one transaction go in as batches of random sizes (Arrow text
+    columns, as the Postgres stream sends them), everything else row by row, on one buffer;
+    another buffer takes every row one by one. Partial rows after batches fill from them,
+    truncations cut into them, and each drain gives the same table."""
+    rowwise = TableBuffer(make_table(TEXT_SCHEMA), from_text)
+    batched = TableBuffer(make_table(TEXT_SCHEMA), from_text)
+    seq, pending, n = 1, [], 0  # pending: full upserts or deletes waiting to go in as a batch
+
+    def flush():
+        nonlocal pending, n
+        while pending:
+            op = pending[0][0]
+            run = next((i for i, c in enumerate(pending) if c[0] != op), len(pending))
+            size = min(cuts[n % len(cuts)], run)
+            n += 1
+            chunk, pending = pending[:size], pending[size:]
+            columns = [pa.array([c[1] for c in chunk], pa.string())]
+            if op == "upsert":
+                columns += [pa.array([c[2] for c in chunk], pa.string()), pa.array([c[3] for c in chunk], pa.string())]
+            else:
+                columns += [pa.array(["junk"] * size, pa.string()), pa.array(["9"] * size, pa.string())]
+            batched.append_batch(columns, seq, delete=op == "delete")
+
+    drains = []
+    for change in script:
+        kind = change[0]
+        if kind == "upsert":
+            values = list(change[1:])
+            rowwise.upsert(values, seq)
+            if UNSET in values:
+                flush()
+                batched.upsert(values, seq)
+            else:
+                pending.append(change)
+        elif kind == "delete":
+            rowwise.delete([change[1], "junk", "9"], seq)
+            pending.append(change)
+        else:
+            flush()
+            if kind == "truncate":
+                rowwise.truncate(seq)
+                batched.truncate(seq)
+            elif kind == "commit":
+                seq += 1
+            else:
+                drains.append((rowwise.drain(), batched.drain()))
+        assert len(rowwise) == len(batched) + len(pending)
+    flush()
+    drains.append((rowwise.drain(), batched.drain()))
+    for want, got in drains:
+        assert got.equals(want), (got.to_pylist(), want.to_pylist())

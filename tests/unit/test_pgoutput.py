@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from htap.connectors.pgoutput import (
     Truncate,
     Update,
     decode,
+    tuple_columns,
 )
 
 # --- building messages ------------------------------------------------------------------------
@@ -193,3 +195,57 @@ def test_lsns_xids_and_times_round_trip(lsn, end, xid, micros):
     assert b.commit_time == pytest.approx(unix, abs=1e-6)
     c = decode(b"C" + struct.pack("!bQQq", 0, lsn, end, micros))
     assert (c.commit_lsn, c.end_lsn) == (lsn, end)
+
+
+# --- many row messages at once, column-wise ---------------------------------------------------
+
+texts = st.one_of(st.none(), st.text(max_size=20), st.sampled_from(["", "\x00", "ü✓", "a" * 300, "\\x00ff", "NULL"]))
+
+
+def decoded_columns(payloads: list[bytes]) -> list[list]:
+    rows = [decode(p) for p in payloads]
+    rows = [r.old if isinstance(r, Delete) else r.new for r in rows]
+    return [list(col) for col in zip(*rows)]
+
+
+@PROPERTY
+@given(st.integers(1, 6).flatmap(lambda n: st.lists(st.lists(texts, min_size=n, max_size=n), min_size=1, max_size=40)),
+       st.integers(0, 2**32 - 1), st.sampled_from(["insert", "update", "delete K", "delete O", "mixed"]))
+def test_tuple_columns_equal_decoding_each_message(rows, relid, kind):
+    build = {
+        "insert": lambda r: insert(relid, r), "update": lambda r: update(relid, r),
+        "delete K": lambda r: delete(relid, r, b"K"), "delete O": lambda r: delete(relid, r, b"O"),
+        "mixed": lambda r: (insert if len(r[0] or "") % 2 else update)(relid, r),
+    }[kind]
+    payloads = [build(r) for r in rows]
+    columns = tuple_columns(payloads, 6)
+    assert columns is not None
+    assert all(c.type == pa.string() for c in columns)
+    assert [c.to_pylist() for c in columns] == decoded_columns(payloads) == [list(c) for c in zip(*rows)]
+
+
+@PROPERTY
+@given(st.lists(st.lists(texts, min_size=3, max_size=3), min_size=2, max_size=10), st.data())
+def test_tuple_columns_leave_unlike_messages_to_decode(rows, data):
+    """Unchanged TOAST values, unknown kinds, another column count, bad UTF-8 or a truncated
+    message: None, so that the stream decodes them one by one (where errors are raised)."""
+    payloads = [insert(1, r) for r in rows]
+    i = data.draw(st.integers(0, len(rows) - 1))
+    spoil = data.draw(st.sampled_from(["unset", "kind", "columns", "utf8", "cut", "extra"]))
+    if spoil == "unset":
+        payloads[i] = insert(1, [rows[i][0], UNSET, rows[i][2]])
+    elif spoil == "kind":
+        payloads[i] = b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!h", 1) + b"b" + struct.pack("!i", 1) + b"\x01"
+    elif spoil == "columns":
+        payloads[i] = insert(1, rows[i][:2])
+    elif spoil == "utf8":
+        payloads[i] = insert(1, [rows[i][0], b"\xff\xfe", rows[i][2]])
+    elif spoil == "cut":
+        payloads[i] = payloads[i][:-1] if payloads[i][-1:] != b"n" else payloads[i][:-3]
+    else:
+        payloads[i] = payloads[i] + b"t"
+    assert tuple_columns(payloads, 6) is None
+
+
+def test_tuple_columns_of_nothing():
+    assert tuple_columns([], 6) is None
