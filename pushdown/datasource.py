@@ -274,6 +274,15 @@ class HtapDataSource(DataSource):
         return HtapReader(opts, schema)
 
 
+def data_source(options: dict) -> HtapDataSource:
+    """The scan's data source, as Spark's `create_data_source` worker would build it: the Java
+    shim pickles a call of this (io.sparkhtap.PickledDataSource) instead of a round trip to a
+    Python worker per scan."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    return HtapDataSource(options=CaseInsensitiveDict(options))
+
+
 @dataclass(frozen=True)
 class SystemPartition(InputPartition):
     batches: bytes  # the system table's rows after the pushed subplan, as Arrow IPC
