@@ -13,11 +13,9 @@ EXISTS with the join's condition: Spark's null-aware anti join (NOT IN) arrives 
 `a = b OR (a = b) IS NULL`, which NOT EXISTS turns into exactly SQL's NOT IN semantics.
 Aggregates are cast to Spark's result type; uncorrelated scalar subqueries become `(SELECT ...)`.
 
-Decimal division (Spark's AVG of decimals) is integer arithmetic on the unscaled values with
-HALF_UP rounding, never a target's own decimal `/`: DuckDB divides decimals in DOUBLE, and every
-engine picks its own quotient scale and rounding. Its integers are INT128 (DuckDB's HUGEINT, as
-wide as Spark's 38 digits); `dialects.for_source` spells them NUMERIC (Postgres) or DECIMAL(65, 0)
-(MySQL), where they are as exact. An intermediate that does not fit raises in the target.
+Decimal division (Spark's AVG of decimals) is htap.rewrite.render.divide, the same renderer a
+single table's pushed AVG uses: integer arithmetic on the unscaled values with HALF_UP rounding,
+never a target's own decimal `/`.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from typing import Callable
 from sqlglot import exp
 
 from htap.rewrite import render
-from htap.rewrite.subplan import Expr, PushedSubplan, PushedTree, SortKey, SubplanError, TreeNode, decimal_type
+from htap.rewrite.subplan import Expr, PushedSubplan, PushedTree, SortKey, SubplanError, TreeNode
 
 _AGGREGATES = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Max}
 _OUTER_JOINS = {"left": "left", "right": "right", "full": "full"}  # the joins that stay derived tables
@@ -294,43 +292,10 @@ class _Renderer:
         return dataclasses.replace(e, args=tuple(self._placeholders(a, slots) for a in e.args))
 
     def divide(self, e: Expr) -> exp.Expression:
-        """`a / b` for decimals, as Spark's DecimalDivideWithOverflowCheck computes it: the exact
-        quotient rounded HALF_UP (ties away from zero) to the result's scale s; NULL when b is 0.
-
-        On unscaled integers A = a * 10^sa, B = b * 10^sb the result's unscaled value is
-        A * 10^k / B rounded, k = s + sb - sa. With n = |A|, d = |B|: q0, r0 = divmod(n, d), then
-        q1, r1 = divmod(r0 * 10^k, d), and |result| = q0 * 10^k + q1 + (2 * r1 >= d), signed by
-        A's and B's signs. Dividing the remainder (below d) rather than A * 10^k keeps every
-        intermediate within 38 digits when A is (Spark's sums are) and d * 10^k fits (a count
-        times 10^4 for AVG)."""
+        """`a / b` for decimals (Spark's AVG of decimals: its sum over its count), rendered by
+        htap.rewrite.render.divide, the one renderer of decimal division."""
         num, den = e.args
-        result, left, right = decimal_type(e.type), decimal_type(num.type), decimal_type(den.type)
-        if result is None or left is None or right is None:
-            raise SubplanError(f"a pushed division takes decimals: {e!r}")
-        precision, scale = result
-        k = scale + right[1] - left[1]
-        if k < 0:
-            raise SubplanError(f"a pushed division to a scale below its dividend's is not rendered: {e!r}")
-        a = _unscaled(self.expr(num), left[1])
-        b = _unscaled(self.expr(den), right[1])
-        n = exp.Abs(this=a)
-        d = exp.Nullif(this=exp.Abs(this=b.copy()), expression=_int(0))
-        shift = _int(10**k)
-        q0 = exp.IntDiv(this=n, expression=d)
-        r0 = exp.Mod(this=n.copy(), expression=d.copy())
-        t = exp.paren(exp.Mul(this=exp.paren(r0, copy=False), expression=shift), copy=False)
-        q1 = exp.IntDiv(this=t, expression=d.copy())
-        r1 = exp.Mod(this=t.copy(), expression=d.copy())
-        up = exp.Case().when(exp.GTE(this=exp.Mul(this=_int(2), expression=exp.paren(r1, copy=False)), expression=d.copy()),
-                             _int(1)).else_(_int(0))
-        magnitude = exp.Add(this=exp.Add(this=exp.Mul(this=exp.paren(q0, copy=False), expression=shift.copy()),
-                                         expression=exp.paren(q1, copy=False)), expression=up)
-        negative = exp.NEQ(this=exp.paren(exp.LT(this=a.copy(), expression=_int(0)), copy=False),
-                           expression=exp.paren(exp.LT(this=b.copy(), expression=_int(0)), copy=False))
-        signed = exp.Case().when(negative, exp.Neg(this=exp.paren(magnitude, copy=False))).else_(magnitude.copy())
-        unit = exp.Cast(this=exp.Literal.string(_unit(scale)), to=exp.DataType.build(f"DECIMAL({max(scale, 1)}, {scale})"))
-        value = exp.Mul(this=exp.Cast(this=signed, to=exp.DataType.build("DECIMAL(38, 0)")), expression=unit)
-        return exp.Cast(this=exp.paren(value, copy=False), to=render.sql_type(e.type))
+        return render.divide(self.expr(num), num.type, self.expr(den), den.type, e.type)
 
     def aggregate(self, e: Expr) -> exp.Expression:
         if e.name == "count_star":
@@ -345,29 +310,6 @@ class _Renderer:
 
     def ordered(self, k: SortKey) -> exp.Ordered:
         return exp.Ordered(this=self.expr(k.expr), desc=not k.asc, nulls_first=k.nulls_first)
-
-
-def _int(value: int) -> exp.Expression:
-    """An INT128 integer constant (a bare literal would be a narrower type in DuckDB)."""
-    return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build("INT128"))
-
-
-def _unscaled(value: exp.Expression, scale: int) -> exp.Expression:
-    """A decimal of scale `scale` as its unscaled INT128 integer. A product with 10^scale would
-    keep the scale (DuckDB's DECIMAL(38, scale) overflows for values Spark holds), so the digits
-    are read off the decimal's text at exactly that scale (DuckDB, Postgres and MySQL all print a
-    DECIMAL(38, s) in plain notation with s fraction digits), the point dropped."""
-    if scale == 0:
-        return exp.Cast(this=exp.paren(value, copy=False), to=exp.DataType.build("INT128"))
-    fixed = exp.Cast(this=exp.paren(value, copy=False), to=exp.DataType.build(f"DECIMAL(38, {scale})"))
-    digits = exp.Anonymous(this="REPLACE", expressions=[exp.Cast(this=fixed, to=exp.DataType.build("TEXT")),
-                                                         exp.Literal.string("."), exp.Literal.string("")])
-    return exp.Cast(this=digits, to=exp.DataType.build("INT128"))
-
-
-def _unit(scale: int) -> str:
-    """10^-scale as decimal text ('1' for scale 0)."""
-    return "1" if scale == 0 else "0." + "0" * (scale - 1) + "1"
 
 
 def _select(outputs: list[exp.Expression]) -> exp.Select:
