@@ -19,9 +19,11 @@ Targets: p50 < 1 s and p99 < 3 s at 2,000 transactions/s; >= 20k row changes/s; 
 from __future__ import annotations
 
 import argparse
+import datetime
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +48,58 @@ def pgbench() -> str:
     if not found:
         sys.exit("pgbench not found: install postgresql-contrib / the Postgres server package")
     return found
+
+
+_CHECKPOINT = re.compile(r"^(\S+ \S+) INFO \S+: checkpoint timing: (\d+) changes in ([\d.]+) s \(([^)]*)\)"
+                         r"(?:; oldest commit ([\d.]+) s old at start)?")
+_COMPACTION = re.compile(r"^(\S+ \S+) INFO \S+: (\w+) compaction of (\S+) partition \d+: .* in ([\d.]+) s,"
+                         r" ([\d.]+) s of it holding the partition's lock")
+
+
+def _stamp(text: str) -> float:
+    return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def _spread(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99)),
+            "max": float(max(values))}
+
+
+def checkpoint_profile(log: Path, since: float, until: float) -> dict:
+    """Where the service's time went between `since` and `until` (Unix seconds), from its log:
+    checkpoint durations by phase (htap.observe.Phases), the gaps between checkpoint ends, how old
+    the oldest buffered commit was when its checkpoint ended, and the compactions' lock holds."""
+    ends, took, visible, phases, holds = [], [], [], {}, []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _CHECKPOINT.match(line)
+        if m:
+            at = _stamp(m.group(1))
+            if not since <= at <= until:
+                continue
+            ends.append(at)
+            took.append(float(m.group(3)))
+            for item in filter(None, (x.strip() for x in m.group(4).split(","))):
+                name, value = item.rsplit(" ", 1)
+                phases.setdefault(name, []).append(float(value))
+            if m.group(5):
+                visible.append(float(m.group(5)) + float(m.group(3)))
+            continue
+        m = _COMPACTION.match(line)
+        if m and since <= _stamp(m.group(1)) <= until:
+            holds.append(float(m.group(5)))
+    return {
+        "checkpoints": _spread(took), "gap_between_ends": _spread(list(np.diff(ends))),
+        "oldest_commit_visible_after": _spread(visible), "compaction_lock_held": _spread(holds),
+        "phases": {name: _spread(v) for name, v in sorted(phases.items(), key=lambda kv: -sum(kv[1]))},
+    }
+
+
+def _show(name: str, d: dict) -> str:
+    if not d.get("n"):
+        return f"  {name}: none"
+    return f"  {name}: n {d['n']}, p50 {d['p50']:.3f} s, p99 {d['p99']:.3f} s, max {d['max']:.3f} s"
 
 
 def sample_lag(cur, safe, seconds: float, every_s: float = 0.05) -> list[float]:
@@ -80,6 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--idle-seconds", type=float, default=300.0,
                    help="idle period after the pgbench run over which the safe seq's lag is measured (0 skips)")
     p.add_argument("--json", default="bench/results/freshness.json")
+    p.add_argument("--service-log", help="keep a copy of the service's log here")
     args = p.parse_args(argv)
     base = f"host={args.host} port={args.port} user={args.user}"
     admin = psycopg2.connect(f"{base} dbname=postgres")
@@ -148,6 +203,13 @@ def main(argv=None) -> int:
             "row_changes_per_s": (versions1 - versions0) / elapsed,
         }
         progress(f"pgbench done: {tps} tps; freshness p50 {results['freshness']['p50_s']:.3f} s, p99 {results['freshness']['p99_s']:.3f} s")
+        log.flush()
+        profile = results["where_the_time_goes"] = checkpoint_profile(work / "serve.log", started, started + elapsed)
+        progress("where the time went during the pgbench run (from the service's log):")
+        for name in ("checkpoints", "gap_between_ends", "oldest_commit_visible_after", "compaction_lock_held"):
+            print(_show(name, profile[name]), flush=True)
+        for name, d in profile["phases"].items():
+            print(_show("checkpoint phase " + name, d), flush=True)
 
         if args.idle_seconds > 0:
             progress(f"idle for {args.idle_seconds:.0f} s: measuring how far the safe seq lags the source's position")
@@ -172,6 +234,8 @@ def main(argv=None) -> int:
     finally:
         service.terminate()
         service.wait(timeout=60)
+        if args.service_log:
+            shutil.copyfile(work / "serve.log", args.service_log)
         store.close()
         cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'htap_bench'")
         cur.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")

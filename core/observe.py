@@ -9,6 +9,11 @@ import the modules that do.
 
 from __future__ import annotations
 
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
 from prometheus_client import Histogram
 
 # Checkpoints run every flush interval (0.5 s by default): most take milliseconds.
@@ -32,3 +37,54 @@ REPARTITION_SECONDS = Histogram(
     "htap_repartition_seconds", "Online splits and merges of partitions (htap.replica.repartition)",
     ["source", "table", "kind"], buckets=_LONG,
 )
+CHECKPOINT_PHASE_SECONDS = Histogram(
+    "htap_checkpoint_phase_seconds",
+    "Where a checkpoint's time goes (htap.observe.Phases): waiting for locks, decoding, the key index and"
+    " deletion vectors, Parquet writes, making files durable, the metadata commit, the manifest",
+    ["source", "phase"], buckets=_SHORT,
+)
+PARTITION_LOCK_HELD_SECONDS = Histogram(
+    "htap_partition_lock_held_seconds",
+    "How long compaction held a partition's writer lock (checkpoints of the partition wait meanwhile)",
+    ["source", "table"], buckets=_SHORT,
+)
+
+
+class Phases:
+    """Seconds spent per named phase of one operation, summed. Code deep in the call tree adds
+    to the thread's current recorder (`phase`) without being passed one; with none it costs
+    one thread-local lookup."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    def __enter__(self) -> "Phases":
+        self._outer = getattr(_current, "phases", None)
+        _current.phases = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _current.phases = self._outer
+
+    def text(self) -> str:
+        return ", ".join(f"{k} {v:.3f}" for k, v in self.seconds.items())
+
+
+_current = threading.local()
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Time the block into the thread's current Phases, if any."""
+    phases = getattr(_current, "phases", None)
+    if phases is None:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases.add(name, time.perf_counter() - started)

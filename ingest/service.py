@@ -17,6 +17,7 @@ import shutil
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +45,8 @@ from htap.ingest.health import (
 )
 from htap.observe import COPY_SECONDS
 from htap.replica.compaction import compaction_loop
-from htap.replica.deltas import delete_delta_files, first_versions, write_delta
+from htap.replica import keyindex
+from htap.replica.deltas import delete_delta_files, first_versions, partition_dir, write_delta
 from htap.replica.manifest import write_manifest
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import (
@@ -183,7 +185,7 @@ class SourceIngest:
             con.close()
             bounds = encode_bounds(splits) if splits is not None else None
             table = dataclasses.replace(table, partition_bounds_b64=bounds)
-            deltas = []
+            deltas, written = [], []
             for part in range(partition_count(splits)):
                 data = staged.to_table(filter=partition_filter(table.key[0], splits, part))
                 if not data.num_rows:
@@ -192,7 +194,15 @@ class SourceIngest:
                 data = data.append_column(SEQ, pa.array(np.full(data.num_rows, copy_seq, dtype=np.int64)))
                 data = data.append_column(OP, pa.array(np.full(data.num_rows, OP_UPSERT, dtype=np.int8)))
                 deltas.append(write_delta(self.warehouse, table, data, part, dv=first_versions(table)))
+                written.append(data.select([*table.key, SEQ]))
             self.store.finish_copy(table.id, deltas, copy_seq, bounds)
+            # Each partition's key index from the rows at hand, so the first checkpoint after the
+            # copy need not build it from the files (1-2 s for 1M keys under load, holding up that
+            # checkpoint and every commit behind it: htap.replica.keyindex).
+            key_schema = pa.schema([table.arrow_schema.field(k) for k in table.key])
+            for delta, keys in zip(deltas, written):
+                keyindex.install(self.warehouse.lock_dir(partition_dir(table, delta.part)),
+                                 keyindex.KeyIndex.of_delta(key_schema, delta.path, keys))
             write_manifest(self.warehouse, self.store, self.config.name)
             log.info(
                 "copied %s: %d rows into %d partitions; catching up from seq %s",
@@ -280,54 +290,98 @@ class SourceIngest:
         """Stream and checkpoint until stopped or until a table needs its initial copy.
 
         The scheduler: it polls the stream, hands events to the applier, performs the
-        applier's actions, and checkpoints on time or size between transactions."""
+        applier's actions, and checkpoints on time or size between transactions. A checkpoint
+        is drained here and stored on a writer thread while the stream goes on (decoding what
+        arrives meanwhile into the next one): its changes become visible when its metadata
+        transaction commits there, and its position is confirmed here after that. One at a
+        time: the next is drained once the last one finished, `flush_interval_s` after the last
+        one started (or at once, if storing it took longer)."""
         tables = [t for t in self.store.list_tables(self.config.name) if t.state in (STATE_CATCHING_UP, STATE_STREAMING)]
         position = self.store.source_position(self.config.name) or 0
         applier = TransactionApplier(tables, self.source.decode_column, position)
-        checkpointer = Checkpointer(self.warehouse, self.store, self.config.name, self.config.codec)
+        writer_store = MetadataStore(self.cfg.metadata)
+        checkpointer = Checkpointer(self.warehouse, self.store, self.config.name, self.config.codec, writer_store)
+        writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint-{self.config.name}")
         log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
         interval = self.cfg.flush_interval_s
         next_flush = time.monotonic() + interval
         next_pending_check = time.monotonic() + PENDING_CHECK_S
         next_schema_check = time.monotonic() + SCHEMA_CHECK_S
+        oldest: float | None = None  # commit time of the oldest transaction buffered
+        in_flight: Future | None = None  # the checkpoint being written
 
-        with self.source.stream(position, tables) as stream:
-            self.state.phase(self.config.name, PHASE_STREAMING, f"streaming {len(tables)} table(s)")
-            while True:
-                now = time.monotonic()
-                if not applier.in_txn:
-                    if self.stop.is_set():
-                        checkpointer.checkpoint(applier, stream)
-                        return
-                    if now >= next_flush:
-                        checkpointer.checkpoint(applier, stream)
-                        next_flush = time.monotonic() + interval
-                        stream.request_progress()
-                    if now >= next_schema_check:
-                        next_schema_check = now + SCHEMA_CHECK_S
-                        failed = [t for t in self.store.list_tables(self.config.name) if t.state == STATE_FAILED]
-                        for tid in self.changed_types(list(applier.tables.values()) + failed):
-                            applier.drop(tid)
-                    if now >= next_pending_check:
-                        next_pending_check = now + PENDING_CHECK_S
-                        stored = self.store.list_tables(self.config.name)
-                        if any(t.state == STATE_PENDING for t in stored):
-                            checkpointer.checkpoint(applier, stream)
+        def settle(wait: bool = True) -> None:
+            """Confirm the checkpoint being written once it is (its error is raised here)."""
+            nonlocal in_flight
+            if in_flight is None or not (wait or in_flight.done()):
+                return
+            done, in_flight = in_flight, None
+            checkpointer.finish(done.result(), applier, stream)
+
+        def start() -> None:
+            """Drain a checkpoint (between transactions) and have it written."""
+            nonlocal in_flight, oldest, next_flush
+            settle()
+            next_flush = time.monotonic() + interval
+            drained = checkpointer.drain(applier, oldest)
+            oldest = None
+            in_flight = writer.submit(checkpointer.write, drained)
+
+        def checkpoint() -> None:
+            start()
+            settle()
+
+        try:
+            with self.source.stream(position, tables) as stream:
+                self.state.phase(self.config.name, PHASE_STREAMING, f"streaming {len(tables)} table(s)")
+                while True:
+                    settle(wait=False)
+                    now = time.monotonic()
+                    if not applier.in_txn:
+                        if self.stop.is_set():
+                            checkpoint()
                             return
-                        followed = {t.id for t in stored if t.state in (STATE_CATCHING_UP, STATE_STREAMING)}
-                        for tid in [tid for tid in applier.tables if tid not in followed]:
-                            applier.drop(tid)  # removed (`htap tables remove`) or failed elsewhere
-                timeout = max(0.0, min(next_flush, next_pending_check) - now) if not applier.in_txn else 1.0
-                event = stream.poll(timeout)
-                if event is None:
-                    continue
-                action = applier.apply(event)
-                if action is not None:
-                    self.perform(applier, action)
-                if isinstance(event, Commit) and applier.buffered >= self.cfg.flush_max_changes:
-                    checkpointer.checkpoint(applier, stream)
-                    next_flush = time.monotonic() + interval
+                        if now >= next_flush and in_flight is None:
+                            start()
+                            stream.request_progress()
+                        if now >= next_schema_check:
+                            next_schema_check = now + SCHEMA_CHECK_S
+                            settle()  # a table copied again is not written meanwhile
+                            failed = [t for t in self.store.list_tables(self.config.name) if t.state == STATE_FAILED]
+                            for tid in self.changed_types(list(applier.tables.values()) + failed):
+                                applier.drop(tid)
+                        if now >= next_pending_check:
+                            next_pending_check = now + PENDING_CHECK_S
+                            stored = self.store.list_tables(self.config.name)
+                            if any(t.state == STATE_PENDING for t in stored):
+                                checkpoint()
+                                return
+                            followed = {t.id for t in stored if t.state in (STATE_CATCHING_UP, STATE_STREAMING)}
+                            for tid in [tid for tid in applier.tables if tid not in followed]:
+                                applier.drop(tid)  # removed (`htap tables remove`) or failed elsewhere
+                    if applier.in_txn:
+                        timeout = 1.0
+                    elif in_flight is not None:
+                        timeout = 0.005  # confirm it soon after it is written, and start the next
+                    else:
+                        timeout = max(0.0, min(next_flush, next_pending_check) - now)
+                    event = stream.poll(timeout)
+                    if event is None:
+                        continue
+                    action = applier.apply(event)
+                    if action is not None:
+                        settle()  # actions change tables: never while one is being written
+                        self.perform(applier, action)
+                    if oldest is None and isinstance(event, Commit) and applier.buffered:
+                        oldest = event.commit_time
+                    if isinstance(event, Commit) and applier.buffered >= self.cfg.flush_max_changes:
+                        start()
+        finally:
+            # Never leave a checkpoint being written behind: the next stream starts from the
+            # position the store holds once it is.
+            writer.shutdown(wait=True)
+            writer_store.close()
 
     def perform(self, applier: TransactionApplier, action: Action) -> None:
         """Carry out what the applier could not decide alone."""

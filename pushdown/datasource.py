@@ -193,6 +193,14 @@ class JoinedTablePart:
     plans: tuple["ReadPlan", ...]
 
 
+def _table_part(plan, reads) -> JoinedTablePart:
+    """A table's part of a task reading several partitions in one DuckDB query (a joined scan, a
+    tree, or a single table's scan in one task): `plan` (htap.pushdown.planning) routed its table,
+    `reads` are the partition reads this task does (all of them, or one of a split table's)."""
+    t = plan.table
+    return JoinedTablePart(t.id, f"{t.source}.{t.qualified_name}", t.arrow_schema_b64, t.key, tuple(reads))
+
+
 @dataclass(frozen=True)
 class JoinedPartition(InputPartition):
     """A task of a joined scan on the replica: every table's reads, one DuckDB query."""
@@ -264,6 +272,15 @@ class HtapDataSource(DataSource):
         if is_system_table(opts.schema, opts.table):
             return SystemTableReader(opts, schema)
         return HtapReader(opts, schema)
+
+
+def data_source(options: dict) -> HtapDataSource:
+    """The scan's data source, as Spark's `create_data_source` worker would build it: the Java
+    shim pickles a call of this (io.sparkhtap.PickledDataSource) instead of a round trip to a
+    Python worker per scan."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    return HtapDataSource(options=CaseInsensitiveDict(options))
 
 
 @dataclass(frozen=True)
@@ -350,8 +367,7 @@ class HtapReader(DataSourceReader):
             if plan.route.target == ROUTE_REPLICA and subplan.one_task:
                 # Every partition in one task and one DuckDB query: its aggregate, order and limit
                 # are final (even with no partition left after pruning: a global aggregate's row).
-                part = JoinedTablePart(table.id, f"{table.source}.{table.qualified_name}", table.arrow_schema_b64,
-                                       table.key, tuple(plan.reads))
+                part = _table_part(plan, plan.reads)
                 self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), (part,), opts.pushed,
                                                     opts.executor_metadata or str(cfg.metadata), cfg.window_s,
                                                     cfg.object_store)]
@@ -434,15 +450,11 @@ class HtapReader(DataSourceReader):
                                                       _agreement(opts, cfg, source.name, plans[0].source_snapshot, what))]
             return
 
-        def part(plan, reads) -> JoinedTablePart:
-            t = plan.table
-            return JoinedTablePart(t.id, f"{t.source}.{t.qualified_name}", t.arrow_schema_b64, t.key, tuple(reads))
-
         if split is None:
-            tasks = [tuple(part(p, p.reads) for p in plans)]
+            tasks = [tuple(_table_part(p, p.reads) for p in plans)]
         else:
             tasks = [
-                tuple(part(p, (read,) if i == split else p.reads) for i, p in enumerate(plans))
+                tuple(_table_part(p, (read,) if i == split else p.reads) for i, p in enumerate(plans))
                 for read in plans[split].reads
             ]
         self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed,

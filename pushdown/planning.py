@@ -95,7 +95,10 @@ def plan_scans(
     exported = None
     for _ in range(2):
         try:
-            with store.transaction():
+            # Not synced: everything written here (the query's snapshot, the leases, the routing
+            # record) lives as long as the query, which a crash ends too; a sync per scan cost a
+            # few ms of every query's planning.
+            with store.transaction(durable=False):
                 tables = [store.get_table(r.source, r.schema, r.table) for r in reqs]
                 routed = [_route(store, r, t, window_s, now(), exported) for r, t in zip(reqs, tables)]
                 if len({route.target for route, _ in routed}) > 1:

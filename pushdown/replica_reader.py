@@ -227,7 +227,11 @@ def read_joined(
     above it (htap.rewrite.render.joined_select), the tree over its leaves (htap.rewrite.tree), or
     the single table's aggregate, order and limit over all its partitions (`one_task`)."""
     single = subplan.join is None and subplan.tree is None
-    reads = [(None, subplan.table_part().carrying_rows(tables[0].key[0]))] if single else subplan.table_reads()
+    if single:
+        part, top = subplan.part_and_top(tables[0].key[0])
+        reads: list = [(None, part)]
+    else:
+        reads = subplan.table_reads()
     assert (not single or subplan.one_task) and len(reads) == len(tables)
     warehouse = as_warehouse(warehouse)
     needed: dict[str, str | None] = {}
@@ -263,7 +267,6 @@ def read_joined(
                     raise _failure(e, files) from e
                 views.append(exp.to_table(f"__table_{i}"))
             if single:
-                top = dataclasses.replace(subplan, filters=(), where=()).carrying_rows(tables[0].key[0])
                 sql = render.select(top, views[0], tables[0].schema.names).sql("duckdb")
             elif subplan.tree is not None:
                 sql = render_tree_over(subplan, views, [t.schema.names for t in tables]).sql("duckdb")

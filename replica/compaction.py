@@ -3,7 +3,10 @@
 Policy (F1 Lightning, section 4.7): size-tiered with exponentially growing size limits. Starting
 from `min_bytes`, the limit grows by `ratio` until two or more deltas of the partition fit under
 it; those are merged. A merge of only small deltas is a minor compaction, one that includes
-larger ones a major compaction; more than `max_deltas` deltas are all merged at once.
+larger ones a major compaction. A partition with more than `max_deltas` deltas merges the
+smallest tier whose merge leaves it at most `max_deltas` (all of them only if nothing less
+does): checkpoints every half second add more than a dozen small deltas between two passes,
+and merging them all rewrote a partition's whole base file on every pass.
 
 A merge that covers every live delta of a partition is also a base compaction: versions at or
 below the GC seq (the queryable window's low end, lowered to the oldest live pin) collapse to
@@ -21,16 +24,18 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import duckdb
+import pyarrow as pa
 
 from htap import engine
 from htap.conf import HtapConfig
 from htap.errors import ConfigError, DamagedReplicaError, HtapError, InternalQueryError, WarehouseError
-from htap.observe import COMPACTION_SECONDS
+from htap.observe import COMPACTION_SECONDS, PARTITION_LOCK_HELD_SECONDS
 from htap.replica import dv as dvs
 from htap.replica import keyindex
-from htap.replica.deltas import delete_delta_files, partition_dir, partition_lock, write_delta
+from htap.replica.deltas import StagedDelta, delete_delta_files, partition_dir, partition_lock
 from htap.replica.health import RECHECK_INTERVAL_S, auto_recheckable, damaged, first_damage, mark_damaged, recheck
 from htap.replica.manifest import write_manifest
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
@@ -65,15 +70,13 @@ class Policy:
 
 def pick(deltas: list[Delta], policy: Policy) -> list[Delta] | None:
     """The deltas of one partition to merge next, or None."""
-    if len(deltas) > policy.max_deltas:
-        return list(deltas)
     if len(deltas) < 2:
         return None
     limit = float(policy.min_bytes)
     largest = max(d.bytes for d in deltas)
     while True:
         chosen = [d for d in deltas if d.bytes <= limit]
-        if len(chosen) >= 2:
+        if len(chosen) >= 2 and len(deltas) - len(chosen) + 1 <= policy.max_deltas:
             return chosen
         if limit >= largest:
             return None
@@ -98,11 +101,14 @@ def merge(
     inputs: list[Delta],
     gc: int | None,
     kind: str = "major",
+    meanwhile: Callable[[], None] | None = None,
 ) -> Delta | None:
     """Merge `inputs` into one delta and swap it in. `gc` (only when the inputs are every live
     delta of the partition) collapses versions at or below it. Returns the new delta; None if
-    nothing was left or the swap lost a race."""
+    nothing was left or the swap lost a race. `meanwhile` runs just before the partition's
+    writer lock is taken (tests: a checkpoint that commits while the merge runs)."""
     warehouse = as_warehouse(warehouse)
+    started = time.perf_counter()
     with warehouse.local({d.path: d.checksum for d in inputs}) as root:
         data = _merged(root, warehouse, store, table, inputs, gc)
     if data.num_rows == 0:  # everything was garbage: the partition is simply empty now
@@ -110,30 +116,78 @@ def merge(
             write_manifest(warehouse, store, table.source)
         log.info("%s compaction of %s partition %d: %d deltas -> none", kind, table.qualified_name, part, len(inputs))
         return None
-    # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors are
-    # computed against the partition as it is now, including deltas written since the merge began.
-    with partition_lock(warehouse, table, part):
-        live = store.deltas(table.id, part)
-        gone = {d.id for d in inputs} - {d.id for d in live}
-        if gone:
-            return None  # another compaction won the race
-        others = [d for d in live if d.id not in {i.id for i in inputs}]
-        key = list(table.key)
-        try:
-            with warehouse.local({d.path: d.checksum for d in others}) as root:
-                paths = [d.path for d in others]
-                new = write_delta(warehouse, table, data, part, dv=lambda rel, rows: dvs.rebuild(rows, rel, key, root, paths))
-        except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
-            log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
-            new = write_delta(warehouse, table, data, part)
-        if not store.replace_deltas(table.id, inputs, [new]):
-            delete_delta_files(warehouse, new.path)
-            return None
-        _swap_in_index(warehouse, table, part, live, inputs, others, new.path, data)
+    key = list(table.key)
+    mine = {d.id for d in inputs}
+    # The output's deletion vectors, restated against the partition's other deltas before the
+    # lock (checkpoints of the partition go on meanwhile: htap.replica.dv.Restatement).
+    before = store.deltas(table.id, part)
+    if mine - {d.id for d in before}:
+        return None  # another compaction won the race
+    others0 = [d for d in before if d.id not in mine]
+    try:
+        with warehouse.local({d.path: d.checksum for d in others0}) as root:
+            restated = dvs.Restatement.of(data, key, root, [d.path for d in others0])
+    except duckdb.Error as e:  # restated under the lock instead (or found unreadable there)
+        log.info("%s partition %d: deletion vectors restated under the lock (%s)", table.qualified_name, part,
+                 str(e).splitlines()[0])
+        restated = None
+    staged = StagedDelta(warehouse, table, data, part)  # its rows, written before the lock too
+    # A merge of the whole partition: its key index too (one probe of every key of a 1M-row base
+    # took 0.2-2 s; htap.replica.keyindex), caught up under the lock with what was added meanwhile.
+    key_schema = pa.schema([table.arrow_schema.field(k) for k in key])
+    index = keyindex.KeyIndex.of_delta(key_schema, staged.rel, staged.data) if not others0 else None
+    try:
+        if meanwhile is not None:
+            meanwhile()
+        waited = time.perf_counter()
+        # Under the partition's writer lock (a checkpoint waits): the output's deletion vectors
+        # are completed against the partition as it is now, including deltas written since the
+        # merge began; then its footer, and the swap.
+        with partition_lock(warehouse, table, part):
+            locked = time.perf_counter()
+            live = store.deltas(table.id, part)
+            gone = mine - {d.id for d in live}
+            if gone:
+                return None  # another compaction won the race
+            others = [d for d in live if d.id not in mine]
+            added = [d for d in others if d.id not in {o.id for o in others0}]
+            newest = max(d.max_seq for d in [*inputs, *others0])
+            kept = {o.id for o in others0} <= {d.id for d in others}
+            try:
+                if restated is not None and kept and all(d.min_seq > newest for d in added):
+                    with warehouse.local({d.path: d.checksum for d in added}) as root:
+                        paths = [d.path for d in added]
+                        new = staged.finish(dv=lambda rel, rows: restated.entries(rel, root, paths))
+                else:  # the partition changed otherwise meanwhile: restate it all, now
+                    with warehouse.local({d.path: d.checksum for d in others}) as root:
+                        paths = [d.path for d in others]
+                        new = staged.finish(dv=lambda rel, rows: dvs.rebuild(rows, rel, key, root, paths))
+            except duckdb.Error as e:  # another delta unreadable: no deletion vectors (reads merge)
+                log.warning("%s partition %d: deletion vectors not rebuilt (%s)", table.qualified_name, part, e)
+                new = staged.finish()
+            stored = time.perf_counter()
+            if not store.replace_deltas(table.id, inputs, [new]):
+                delete_delta_files(warehouse, new.path)
+                return None
+            swapped = time.perf_counter()
+            if index is not None:
+                with warehouse.local({d.path: d.checksum for d in others}) as root:
+                    index.sync(root, [new.path, *(d.path for d in others)])
+                keyindex.install(warehouse.lock_dir(partition_dir(table, part)), index)
+            else:
+                _swap_in_index(warehouse, table, part, live, inputs, others, new.path, data)
+            held = time.perf_counter() - locked
+            under = (f"storing {stored - locked:.3f} s, metadata swap {swapped - stored:.3f} s,"
+                     f" key index swap {time.perf_counter() - swapped:.3f} s")
+    finally:
+        staged.discard()
+    PARTITION_LOCK_HELD_SECONDS.labels(table.source, table.qualified_name).observe(held)
     write_manifest(warehouse, store, table.source)  # before garbage collection may delete the inputs
     log.info(
-        "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions)",
+        "%s compaction of %s partition %d: %d deltas (%d versions) -> 1 (%d versions) in %.3f s,"
+        " %.3f s of it holding the partition's lock (%.3f s waiting for it, %d deltas added meanwhile; %s)",
         kind, table.qualified_name, part, len(inputs), sum(d.rows for d in inputs), new.rows,
+        time.perf_counter() - started, held, locked - waited, len(added), under,
     )
     return next(d for d in store.deltas(table.id, part) if d.path == new.path)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap import engine
+from htap.observe import phase
 from htap.replica import dv as dvs
 from htap.replica import keyindex
 from htap.errors import NoSuchTableError, TableError
@@ -104,12 +106,14 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
     if UNSET_MASK not in data.column_names:
         data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, dtype=np.int64)))
     if ORD in data.column_names:
-        data = sort_versions(data, list(table.key))
+        with phase("sort"):
+            data = sort_versions(data, list(table.key))
     target = delta_schema(table.arrow_schema)
     data = data.select(target.names).cast(target)
     if complete is not None and pc.any(pc.not_equal(data.column(UNSET_MASK), 0)).as_py():
         arrived = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py()
-        data = complete(data).select(target.names).cast(target)
+        with phase("complete"):
+            data = complete(data).select(target.names).cast(target)
         log.info("%s partition %d: %d partial updates completed at write time", table.qualified_name, part, arrived)
     warehouse = as_warehouse(warehouse)
     seqs = data.column(SEQ)
@@ -117,16 +121,21 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
     partial = pc.sum(pc.not_equal(data.column(UNSET_MASK), 0)).as_py() or 0
     dv_checksum = None
     if dv is not None and not partial:
-        entries = dv(rel, data)
+        with phase("dv"):
+            entries = dv(rel, data)
         if entries.num_rows:  # the sidecar is stored before its delta
             side = warehouse.staging_path(dvs.sidecar(rel))
-            dvs.write_sidecar(side, entries)
-            dv_checksum = warehouse.put(dvs.sidecar(rel), side)
+            with phase("parquet"):
+                dvs.write_sidecar(side, entries)
+            with phase("durable"):
+                dv_checksum = warehouse.put(dvs.sidecar(rel), side)
         data = data.replace_schema_metadata({**(data.schema.metadata or {}), dvs.FOOTER_KEY: str(entries.num_rows).encode()})
     tmp = warehouse.staging_path(rel)
-    pq.write_table(data, tmp, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True)
+    with phase("parquet"):
+        pq.write_table(data, tmp, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True)
     size = tmp.stat().st_size
-    checksum = warehouse.put(rel, tmp)
+    with phase("durable"):
+        checksum = warehouse.put(rel, tmp)
     bounds = pc.min_max(seqs)
     deletes = pc.sum(pc.equal(data.column(OP), OP_DELETE)).as_py() or 0
     return NewDelta(
@@ -144,6 +153,84 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
         checksum=checksum,
         dv_checksum=dv_checksum,
     )
+
+
+class StagedDelta:
+    """A delta whose rows are written and flushed to the local disk but whose footer is not yet:
+    a compaction writes its output (a 1M-row base file takes a second or more) before it takes
+    the partition's writer lock, and under the lock only counts its deletion vectors in the
+    footer, closes the file and stores it (htap.replica.compaction). `data` as for
+    `write_delta`, without `_ord` (already sorted). `discard` drops it if it is not stored."""
+
+    def __init__(self, warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, part: int = 0):
+        if UNSET_MASK not in data.column_names:
+            data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, dtype=np.int64)))
+        target = delta_schema(table.arrow_schema)
+        self.data = data.select(target.names).cast(target)
+        self.warehouse = as_warehouse(warehouse)
+        self.table, self.part = table, part
+        self.rel = f"{partition_dir(table, part)}/{uuid.uuid4().hex}.parquet"
+        self.partial = pc.sum(pc.not_equal(self.data.column(UNSET_MASK), 0)).as_py() or 0
+        self.tmp = self.warehouse.staging_path(self.rel)
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self.tmp, self.data.schema, compression="zstd",
+                                                                 write_statistics=True)
+        try:
+            self._writer.write_table(self.data, row_group_size=ROW_GROUP_ROWS)
+            flush_to_disk(self.tmp)  # so that storing it under the lock has little left to flush
+        except BaseException:
+            self.discard()
+            raise
+
+    def finish(self, dv: Entries | None = None) -> NewDelta:
+        """Store the delta (and its deletion vectors: as `write_delta`'s `dv`)."""
+        assert self._writer is not None, "a staged delta is stored once"
+        data, rel, warehouse = self.data, self.rel, self.warehouse
+        dv_checksum = None
+        if dv is not None and not self.partial:
+            entries = dv(rel, data)
+            if entries.num_rows:  # the sidecar is stored before its delta
+                side = warehouse.staging_path(dvs.sidecar(rel))
+                dvs.write_sidecar(side, entries)
+                dv_checksum = warehouse.put(dvs.sidecar(rel), side)
+            self._writer.add_key_value_metadata({dvs.FOOTER_KEY: str(entries.num_rows).encode()})
+        writer, self._writer = self._writer, None
+        writer.close()
+        size = self.tmp.stat().st_size
+        checksum = warehouse.put(rel, self.tmp)
+        bounds = pc.min_max(data.column(SEQ))
+        return NewDelta(
+            table_id=self.table.id,
+            path=rel,
+            min_seq=bounds["min"].as_py(),
+            max_seq=bounds["max"].as_py(),
+            rows=data.num_rows,
+            bytes=size,
+            partial_rows=self.partial,
+            part=self.part,
+            deletes=pc.sum(pc.equal(data.column(OP), OP_DELETE)).as_py() or 0,
+            unique_keys=_unique_sorted_keys(data, list(self.table.key)),
+            schema_version=self.table.schema_version,
+            checksum=checksum,
+            dv_checksum=dv_checksum,
+        )
+
+    def discard(self) -> None:
+        """Drop the staged file unless it was stored (a no-op then)."""
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            finally:
+                self.tmp.unlink(missing_ok=True)
+
+
+def flush_to_disk(path: Path) -> None:
+    """Write back the file's dirty pages now (its later fsync then has little left to do)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _unique_sorted_keys(data: pa.Table, key: list[str]) -> bool:
@@ -184,7 +271,8 @@ def write_partitioned(
     holding it until the commit keeps a repartition from committing in between."""
     warehouse = as_warehouse(warehouse)
     if locks is not None and store is not None:
-        locks.enter_context(layout_lock(warehouse, table))
+        with phase("layout_lock"):
+            locks.enter_context(layout_lock(warehouse, table))
         table = current_layout(store, table)
     layout = table.layout
     splits = decode_bounds(layout.bounds_b64)
@@ -195,7 +283,8 @@ def write_partitioned(
 
     def lock(part: int) -> None:
         if locks is not None and part not in held:
-            locks.enter_context(partition_lock(warehouse, table, part))
+            with phase("partition_lock"):
+                locks.enter_context(partition_lock(warehouse, table, part))
             held.add(part)
 
     def index_of(part: int, older: dict[str, str | None]):
@@ -205,7 +294,7 @@ def write_partitioned(
             """The partition's index, made to cover exactly its live deltas (htap.replica.keyindex)."""
             need = keys.missing(list(older))
             if need:
-                with warehouse.local({p: older[p] for p in need}) as root:
+                with phase("index_sync"), warehouse.local({p: older[p] for p in need}) as root:
                     keys.sync(root, list(older))
             return keys
         return keys, current

@@ -20,7 +20,8 @@ older live deltas) is answered by the partition's key index (htap.replica.keyind
 writing process's memory and rebuilt from the deltas whenever it does not cover exactly the live
 deltas, so it needs no crash recovery of its own. `superseded` answers the same question by
 scanning the deltas' key columns (a join on the new keys with DuckDB): the index's reference in
-tests. Compaction recomputes the entries of the keys its output holds (`rebuild`).
+tests. Compaction recomputes the entries of the keys its output holds (`rebuild`), mostly before
+it takes the partition's lock (`Restatement`).
 Checkpoints and compactions of one partition serialize on a file lock, so a compaction never
 misses what a concurrent checkpoint superseded.
 
@@ -159,25 +160,76 @@ def rebuild(data: pa.Table, rel: str, key: list[str], root: Path, others: list[s
     each of their entries is already held by a live delta holding the key — the one holding the
     superseding version (a checkpoint records the version it supersedes) or, since a compaction
     moved one of the two, that compaction's output (it restated all entries of its keys)."""
-    keys = ", ".join(_q(k) for k in key)
-    prefix = str(root) + os.sep
-    con = engine.cursor()
-    try:
-        con.register("fresh", data.select(list(key) + [SEQ]))
-        parts = [f"SELECT {keys}, {_q(SEQ)}, '{rel.replace(chr(39), chr(39) * 2)}' AS target,"
-                 f" (row_number() OVER () - 1)::BIGINT AS row FROM fresh"]
-        if others:
-            parts.append(
-                f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS target, file_row_number::BIGINT AS row"
-                f" FROM {_files_sql([prefix + p for p in others])} SEMI JOIN (SELECT DISTINCT {keys} FROM fresh) USING ({keys})"
-            )
-        return con.sql(
-            f"SELECT target, row, newer AS seq FROM (SELECT target, row, lag({_q(SEQ)}) OVER"
-            f" (PARTITION BY {keys} ORDER BY {_q(SEQ)} DESC) AS newer FROM ({' UNION ALL '.join(parts)}))"
-            f" WHERE newer IS NOT NULL"
-        ).to_arrow_table().cast(ENTRIES)
-    finally:
-        con.close()
+    return Restatement.of(data, key, root, others).entries(rel)
+
+
+class Restatement:
+    """`rebuild` in two steps, so that a compaction computes the expensive part (a scan of the
+    partition's other deltas) before it takes the partition's writer lock, while checkpoints go
+    on, and under the lock only accounts for the deltas those checkpoints added meanwhile.
+
+    `of` restates the entries against the other deltas as they are then (`others`). Deltas
+    added after that, each holding only versions newer than every version of the output and of
+    `others` (checkpoints: the only writers besides compaction, which serializes with itself),
+    supersede, for each key they hold, that key's newest version before them; their own sidecars
+    name it, but where it is a version of the output they name the compaction's input holding
+    it, which the swap retires (entries naming retired deltas are ignored). `entries` restates
+    those: for each key of the added deltas whose newest version among the output and `others`
+    is in the output, an entry (output row, the key's oldest seq in the added deltas). Every
+    other entry the added deltas imply is held by their own sidecars, naming live deltas."""
+
+    def __init__(self, restated: pa.Table, newest: pa.Table, key: list[str]):
+        self.restated = restated  # ENTRIES, target null for rows of the output itself
+        self.newest = newest  # key columns and `__row`: the output's rows holding their key's newest version
+        self.key = key
+
+    @classmethod
+    def of(cls, data: pa.Table, key: list[str], root: Path, others: list[str]) -> "Restatement":
+        keys = ", ".join(_q(k) for k in key)
+        prefix = str(root) + os.sep
+        con = engine.cursor()
+        try:
+            con.register("fresh", data.select(list(key) + [SEQ]))
+            parts = [f"SELECT {keys}, {_q(SEQ)}, NULL::VARCHAR AS __target,"
+                     f" (row_number() OVER () - 1)::BIGINT AS __row FROM fresh"]
+            if others:
+                parts.append(
+                    f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS __target, file_row_number::BIGINT AS __row"
+                    f" FROM {_files_sql([prefix + p for p in others])} SEMI JOIN (SELECT DISTINCT {keys} FROM fresh) USING ({keys})"
+                )
+            versions = con.sql(
+                f"SELECT {keys}, __target, __row, lag({_q(SEQ)}) OVER (PARTITION BY {keys} ORDER BY {_q(SEQ)} DESC) AS __newer"
+                f" FROM ({' UNION ALL '.join(parts)})"
+            ).to_arrow_table()
+        finally:
+            con.close()
+        superseded = pc.is_valid(versions.column("__newer"))
+        restated = versions.filter(superseded).select(["__target", "__row", "__newer"]).rename_columns(ENTRIES.names)
+        mine = pc.and_(pc.invert(superseded), pc.is_null(versions.column("__target")))
+        newest = versions.filter(mine).select([*key, "__row"])
+        return cls(restated.cast(ENTRIES), newest, key)
+
+    def entries(self, rel: str, root: Path | None = None, added: list[str] = ()) -> pa.Table:
+        """The output's entries when written at `rel`, with the partition's live deltas being the
+        `others` it was restated against plus `added` (relative paths under `root`)."""
+        restated = self.restated.set_column(0, "target", pc.fill_null(self.restated.column("target"), rel))
+        if not added or not self.newest.num_rows:
+            return restated
+        keys = ", ".join(_q(k) for k in self.key)
+        prefix = str(root) + os.sep
+        con = engine.cursor()
+        try:
+            con.register("newest", self.newest)
+            later = con.sql(
+                f"SELECT n.__row, a.__s FROM newest n JOIN (SELECT {keys}, min({_q(SEQ)}) AS __s FROM"
+                f" read_parquet([{', '.join(_lit(prefix + p) for p in added)}], union_by_name = true) GROUP BY {keys})"
+                f" a USING ({keys})"
+            ).to_arrow_table()
+        finally:
+            con.close()
+        more = pa.table({"target": _repeat(rel, later.num_rows), "row": later.column("__row").cast(pa.int64()),
+                         "seq": later.column("__s").cast(pa.int64())}, schema=ENTRIES)
+        return pa.concat_tables([restated, more])
 
 
 def write_sidecar(path: Path, entries: pa.Table) -> None:

@@ -50,9 +50,19 @@ def _q(name: str) -> str:
 
 
 def hashes(keys: pa.Table) -> np.ndarray:
-    """uint64 hashes of the rows of `keys` (every column), in row order."""
+    """uint64 hashes of the rows of `keys` (every column), in row order. A single integer column
+    (the usual key) is mixed in numpy (splitmix64's finalizer); other keys take DuckDB's `hash`
+    (registering a table with DuckDB costs ~2 ms, a fifth of a busy checkpoint's index work).
+    An index only ever compares hashes made by this one function in this process."""
     if keys.num_rows == 0:
         return np.empty(0, np.uint64)
+    if keys.num_columns == 1 and pa.types.is_integer(keys.schema.field(0).type) and keys.column(0).null_count == 0:
+        x = keys.column(0).to_numpy().astype(np.int64).view(np.uint64)  # (copies: to_numpy may be read-only)
+        x = x ^ (x >> np.uint64(30))
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
     con = engine.cursor()
     try:
         con.register("__keys", keys)
@@ -131,6 +141,18 @@ class KeyIndex:
     def __len__(self) -> int:
         return len(self.seq)
 
+    @classmethod
+    def of_delta(cls, schema: pa.Schema, rel: str, data: pa.Table) -> "KeyIndex":
+        """An index covering only the key-sorted delta `data`, stored (or about to be) at `rel`:
+        a compaction builds its output's before it takes the partition's lock, and `sync`s it
+        with the deltas committed meanwhile under it (htap.replica.compaction)."""
+        index = cls(schema)
+        first, _ = newest_per_key(data, schema.names)
+        index._put(data.select(schema.names).take(pa.array(first)).cast(schema), index._code(rel), first,
+                   data.column(SEQ).to_numpy()[first])
+        index.covers, index.built = frozenset([rel]), True
+        return index
+
     # --- keeping it current ----------------------------------------------------------------------
 
     def missing(self, live: list[str]) -> list[str]:
@@ -172,16 +194,29 @@ class KeyIndex:
         newer). Exact for the merges htap.replica.compaction makes: a tier merge keeps every
         version, and a base merge's inputs were every delta older than the partition's others."""
         gone = np.array([self._codes[r] for r in removed if r in self._codes], dtype=np.int32)
+        first, _ = newest_per_key(data, self.schema.names)
+        keys = data.select(self.schema.names).take(pa.array(first)).cast(self.schema)
+        seqs = data.column(SEQ).to_numpy()[first]
+        h = hashes(keys)
         keep = ~np.isin(self.target, gone)
+        at = self.find(keys, h)
+        if (at >= 0).all():
+            # A tier merge: every entry in `removed` is the newest version of one of `data`'s
+            # keys, which `data` holds as that key's newest: re-point those entries in place
+            # (no filtering of every entry of a 1M-key partition: 0.1 s idle, 0.5 s under load).
+            mine = np.isin(self.target[at], gone)
+            if mine.sum() == (~keep).sum() and (self.seq[at[mine]] == seqs[mine]).all():
+                self.target[at[mine]] = self._code(added)
+                self.row[at[mine]] = first[mine]
+                self.covers = (self.covers - set(removed)) | {added}
+                return
         if not keep.all():
             new_id = np.cumsum(keep) - 1
             kept_pairs = keep[self.order]
             self.h, self.order = self.h[kept_pairs], new_id[self.order[kept_pairs]]
             self.keys = self.keys.filter(pa.array(keep))
             self.target, self.row, self.seq = self.target[keep], self.row[keep], self.seq[keep]
-        first, _ = newest_per_key(data, self.schema.names)
-        self._put(data.select(self.schema.names).take(pa.array(first)).cast(self.schema), self._code(added), first,
-                  data.column(SEQ).to_numpy()[first])
+        self._put(keys, self._code(added), first, seqs, h)
         self.covers = (self.covers - set(removed)) | {added}
 
     # --- lookups -------------------------------------------------------------------------------
@@ -288,10 +323,24 @@ def of(folder: Path, schema: pa.Schema) -> KeyIndex:
         if index is None or index.schema != schema:
             index = _indexes[name] = KeyIndex(schema)
         _indexes.move_to_end(name)
-        total = sum(len(i) for i in _indexes.values())
-        while total > KEEP and len(_indexes) > 1:
-            total -= len(_indexes.popitem(last=False)[1])
+        _evict()
         return index
+
+
+def _evict() -> None:
+    """Forget the least recently used partitions' indexes past KEEP entries (under _registry)."""
+    total = sum(len(i) for i in _indexes.values())
+    while total > KEEP and len(_indexes) > 1:
+        total -= len(_indexes.popitem(last=False)[1])
+
+
+def install(folder: Path, index: KeyIndex) -> None:
+    """Make `index` the partition's (under its writer lock, or before anything else writes the
+    partition: no checkpoint is using the old one)."""
+    with _registry:
+        _indexes[str(folder)] = index
+        _indexes.move_to_end(str(folder))
+        _evict()
 
 
 def peek(folder: Path) -> KeyIndex | None:

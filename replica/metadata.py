@@ -379,11 +379,11 @@ class MetadataStore:
             if not durable:
                 self._db.restore()
 
-    def transaction(self):
+    def transaction(self, durable: bool = True):
         """One metadata transaction around several calls of this store (they join it): what the
         calls read and write is one consistent state, e.g. a scan's snapshot, window, pin and
-        routing record (htap.pushdown.planning)."""
-        return self._tx()
+        routing record (htap.pushdown.planning). `durable=False` as in `_tx`."""
+        return self._tx(durable)
 
     def _x(self, sql: str, params=()):
         return self._db.execute(sql, params)

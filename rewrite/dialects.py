@@ -13,7 +13,7 @@ MySQL/MariaDB:
 - A timestamp literal is its UTC wall time as DATETIME(6) (sessions run in UTC; MySQL's
   `TIMESTAMP('...+00:00')` and a bare DATETIME cast would drop the offset or the microseconds).
 
-Integer arithmetic of exact decimal division (htap.rewrite.tree `divide`, INT128 for DuckDB):
+Integer arithmetic of exact decimal division (htap.rewrite.render `divide`, INT128 for DuckDB):
 - Postgres: INT128 is NUMERIC (exact, unbounded); its DIV truncates toward zero, as `//` does.
 - MySQL/MariaDB: INT128 is DECIMAL(65, 0); `a DIV b` converts to BIGINT, so the integer
   quotient is `(a - MOD(a, b)) / b`, a division with no remainder (exact at any scale; MOD of

@@ -185,8 +185,94 @@ def aggregate(a: Aggregate) -> exp.Expression:
         return exp.Count(this=exp.Star())
     if a.fn == "count_distinct":
         return exp.Count(this=exp.Distinct(expressions=[expr(a.input)]))
+    if a.fn == "avg":
+        return average(expr(a.input), a.input.type, a.type)
     fn = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Max}[a.fn]
     return fn(this=expr(a.input))
+
+
+# --- Spark's AVG of decimals: exact decimal division --------------------------------------------
+
+
+def average(value: exp.Expression, value_type: str, result_type: str) -> exp.Expression:
+    """Spark's AVG of `value` (a decimal(p, s)) as its Average evaluates it: `if (count = 0) null
+    else sum / cast(count as decimal(20, 0))`, the sum exact (Spark's decimal(p + 10, s) holds
+    it; every target sums decimals exactly) and the division `divide`'s, to `result_type`
+    (decimal(p + 4, s + 4)). A zero count is `divide`'s zero divisor: NULL."""
+    decimal = decimal_type(value_type)
+    if decimal is None:
+        raise SubplanError(f"a pushed AVG takes a decimal, not {value_type!r}")
+    total = exp.Sum(this=value)
+    count = exp.Count(this=value.copy())
+    return divide(total, f"decimal(38,{decimal[1]})", count, "decimal(20,0)", result_type)
+
+
+def divide(num: exp.Expression, num_type: str, den: exp.Expression, den_type: str, result_type: str) -> exp.Expression:
+    """`num / den` for decimals (their Spark types given), as Spark's DecimalDivideWithOverflowCheck
+    computes it: the exact quotient rounded HALF_UP (ties away from zero) to the result's scale s;
+    NULL when den is 0. The one renderer of decimal division: a single table's or joined scan's
+    pushed AVG (`average`) and a pushed tree's division (htap.rewrite.tree) both come here.
+
+    Integer arithmetic on the unscaled values, never a target's own decimal `/` (DuckDB divides
+    decimals in DOUBLE, and every engine picks its own quotient scale and rounding). On unscaled
+    integers A = num * 10^sa, B = den * 10^sb the result's unscaled value is A * 10^k / B rounded,
+    k = s + sb - sa. With n = |A|, d = |B|: q0, r0 = divmod(n, d), then q1, r1 = divmod(r0 * 10^k,
+    d), and |result| = q0 * 10^k + q1 + (2 * r1 >= d), signed by A's and B's signs. Dividing the
+    remainder (below d) rather than A * 10^k keeps every intermediate within 38 digits when A is
+    (Spark's sums are) and d * 10^k fits (a count times 10^4 for AVG). The integers are INT128
+    (DuckDB's HUGEINT, as wide as Spark's 38 digits); htap.rewrite.dialects.for_source spells them
+    NUMERIC (Postgres) or DECIMAL(65, 0) (MySQL), where they are as exact. An intermediate that
+    does not fit raises in the target."""
+    result, left, right = decimal_type(result_type), decimal_type(num_type), decimal_type(den_type)
+    if result is None or left is None or right is None:
+        raise SubplanError(f"a pushed division takes decimals: {num_type} / {den_type} -> {result_type}")
+    scale = result[1]
+    k = scale + right[1] - left[1]
+    if k < 0:
+        raise SubplanError(f"a pushed division to a scale below its dividend's is not rendered: {num_type} -> {result_type}")
+    a = _unscaled(num, left[1])
+    b = _unscaled(den, right[1])
+    n = exp.Abs(this=a)
+    d = exp.Nullif(this=exp.Abs(this=b.copy()), expression=_int(0))
+    shift = _int(10**k)
+    q0 = exp.IntDiv(this=n, expression=d)
+    r0 = exp.Mod(this=n.copy(), expression=d.copy())
+    t = exp.paren(exp.Mul(this=exp.paren(r0, copy=False), expression=shift), copy=False)
+    q1 = exp.IntDiv(this=t, expression=d.copy())
+    r1 = exp.Mod(this=t.copy(), expression=d.copy())
+    up = exp.Case().when(exp.GTE(this=exp.Mul(this=_int(2), expression=exp.paren(r1, copy=False)), expression=d.copy()),
+                         _int(1)).else_(_int(0))
+    magnitude = exp.Add(this=exp.Add(this=exp.Mul(this=exp.paren(q0, copy=False), expression=shift.copy()),
+                                     expression=exp.paren(q1, copy=False)), expression=up)
+    negative = exp.NEQ(this=exp.paren(exp.LT(this=a.copy(), expression=_int(0)), copy=False),
+                       expression=exp.paren(exp.LT(this=b.copy(), expression=_int(0)), copy=False))
+    signed = exp.Case().when(negative, exp.Neg(this=exp.paren(magnitude, copy=False))).else_(magnitude.copy())
+    unit = exp.Cast(this=exp.Literal.string(_unit(scale)), to=exp.DataType.build(f"DECIMAL({max(scale, 1)}, {scale})"))
+    value = exp.Mul(this=exp.Cast(this=signed, to=exp.DataType.build("DECIMAL(38, 0)")), expression=unit)
+    return exp.Cast(this=exp.paren(value, copy=False), to=sql_type(result_type))
+
+
+def _int(value: int) -> exp.Expression:
+    """An INT128 integer constant (a bare literal would be a narrower type in DuckDB)."""
+    return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build("INT128"))
+
+
+def _unscaled(value: exp.Expression, scale: int) -> exp.Expression:
+    """A decimal of scale `scale` as its unscaled INT128 integer. A product with 10^scale would
+    keep the scale (DuckDB's DECIMAL(38, scale) overflows for values Spark holds), so the digits
+    are read off the decimal's text at exactly that scale (DuckDB, Postgres and MySQL all print a
+    DECIMAL(38, s) in plain notation with s fraction digits), the point dropped."""
+    if scale == 0:
+        return exp.Cast(this=exp.paren(value, copy=False), to=exp.DataType.build("INT128"))
+    fixed = exp.Cast(this=exp.paren(value, copy=False), to=exp.DataType.build(f"DECIMAL(38, {scale})"))
+    digits = exp.Anonymous(this="REPLACE", expressions=[exp.Cast(this=fixed, to=exp.DataType.build("TEXT")),
+                                                         exp.Literal.string("."), exp.Literal.string("")])
+    return exp.Cast(this=digits, to=exp.DataType.build("INT128"))
+
+
+def _unit(scale: int) -> str:
+    """10^-scale as decimal text ('1' for scale 0)."""
+    return "1" if scale == 0 else "0." + "0" * (scale - 1) + "1"
 
 
 def select(subplan: PushedSubplan, source: exp.Expression, all_columns: list[str]) -> exp.Select:

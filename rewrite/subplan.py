@@ -21,6 +21,9 @@ Spark result type (`int`, `decimal(12,2)`, `string`, ...), which renderers cast 
   "where": [<vexpr>, ...]                                   # more conjuncts, beside "filters"
   "group_by": [..., <vexpr>]                                # a column name or an expression
   "aggregates": [{"fn": "sum"|"count"|"min"|"max", "arg": <vexpr>}, ...]
+  {"fn": "avg", "arg": <vexpr of type decimal(p,s)>, "type": "decimal(p+4,s+4)"}  # only complete:
+      Spark's own AVG value (sum / count rounded HALF_UP to the type's scale, NULL for no rows),
+      taken by a single table's scan in one task for 11 < p <= 28 (HtapScanBuilder.exactAverage)
   <vexpr> := {"col": c, "type": t} | {"lit": <lit>, "type": t}
            | {"op": OP, "type": t, "args": [<vexpr>, ...]}  (+ "field" for "extract")
   OP: = <> <=> < <= > >= AND OR NOT IS_NULL IS_NOT_NULL IN STARTS_WITH ENDS_WITH CONTAINS
@@ -75,7 +78,7 @@ from htap.errors import HtapError
 COMPARISONS = ("eq", "eq_null_safe", "gt", "ge", "lt", "le")
 STRING_MATCHES = ("starts_with", "ends_with", "contains")
 LITERAL_TYPES = ("null", "boolean", "long", "double", "decimal", "string", "date", "timestamp", "timestamp_ntz")
-AGGREGATE_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "min", "max")
+AGGREGATE_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "min", "max", "avg")
 JOIN_TYPES = ("inner", "left", "right")
 TREE_NODES = ("scan", "project", "filter", "join", "aggregate", "sort", "limit")
 TREE_JOIN_TYPES = ("inner", "left", "right", "full", "cross", "semi", "anti")
@@ -142,6 +145,7 @@ class Aggregate:
     fn: str
     col: str | None = None
     arg: Expr | None = None  # an expression instead of a column
+    type: str = ""  # avg: Spark's result type, decimal(p + 4, s + 4) of its decimal(p, s) input
 
     @property
     def input(self) -> Expr | None:
@@ -250,6 +254,13 @@ class PushedSubplan:
             part = dataclasses.replace(part, columns=tuple(sorted(self.referenced_columns())))
         return part
 
+    def part_and_top(self, carrier: str) -> tuple["PushedSubplan", "PushedSubplan"]:
+        """A single table's scan split where its table's rows are read: (`table_part()`, what
+        runs above those rows — its outputs, grouping, order and limit, the filters applied
+        below), each selecting `carrier` (a key column) when it needs no column (`carrying_rows`)."""
+        top = dataclasses.replace(self, filters=(), where=())
+        return self.table_part().carrying_rows(carrier), top.carrying_rows(carrier)
+
     def table_reads(self) -> list[tuple[str | None, "PushedSubplan"]]:
         """(schema.table, what is read of it) for every table this scan reads, in order: its
         joined tables, a tree's leaves' tables, or (None, itself) for a plain scan."""
@@ -288,7 +299,7 @@ class PushedSubplan:
             where=tuple(_expr(e) for e in raw.get("where", [])),
             order=tuple(_sort_key(k) for k in raw.get("order", [])),
             limit=limit,
-            complete=bool(raw.get("complete", False)),
+            complete=_complete(raw),
             join=_join(raw["join"]) if "join" in raw else None,
             select=tuple(_expr(e) for e in raw.get("select", [])),
             tree=_tree(raw["tree"]) if "tree" in raw else None,
@@ -477,7 +488,21 @@ def _predicate(raw: dict) -> Predicate:
 def _aggregate(raw: dict) -> Aggregate:
     if raw.get("fn") not in AGGREGATE_FUNCTIONS:
         raise SubplanError(f"unknown pushed aggregate {raw!r}")
+    if raw["fn"] == "avg":  # typed: the division needs the input's scale and the result's
+        arg = _expr(raw["arg"]) if "arg" in raw else None
+        into, of = decimal_type(raw.get("type", "")), decimal_type(arg.type) if arg is not None else None
+        if into is None or of is None or into[1] < of[1]:
+            raise SubplanError(f"a pushed AVG takes a typed decimal to a decimal of no smaller scale: {raw!r}")
+        return Aggregate("avg", arg=arg, type=raw["type"])
     return Aggregate(raw["fn"], raw.get("col"), _expr(raw["arg"]) if "arg" in raw else None)
+
+
+def _complete(raw: dict) -> bool:
+    """The "complete" flag; an AVG is only ever pushed complete (it has no partial form here)."""
+    complete = bool(raw.get("complete", False))
+    if not complete and any(isinstance(a, dict) and a.get("fn") == "avg" for a in raw.get("aggregates", [])):
+        raise SubplanError("a pushed AVG is computed whole: its aggregate must be complete")
+    return complete
 
 
 def _sort_key(raw: dict) -> SortKey:

@@ -13,11 +13,9 @@ EXISTS with the join's condition: Spark's null-aware anti join (NOT IN) arrives 
 `a = b OR (a = b) IS NULL`, which NOT EXISTS turns into exactly SQL's NOT IN semantics.
 Aggregates are cast to Spark's result type; uncorrelated scalar subqueries become `(SELECT ...)`.
 
-Decimal division (Spark's AVG of decimals) is integer arithmetic on the unscaled values with
-HALF_UP rounding, never a target's own decimal `/`: DuckDB divides decimals in DOUBLE, and every
-engine picks its own quotient scale and rounding. Its integers are INT128 (DuckDB's HUGEINT, as
-wide as Spark's 38 digits); `dialects.for_source` spells them NUMERIC (Postgres) or DECIMAL(65, 0)
-(MySQL), where they are as exact. An intermediate that does not fit raises in the target.
+Decimal division (Spark's AVG of decimals) is htap.rewrite.render.divide, the same renderer a
+single table's pushed AVG uses: integer arithmetic on the unscaled values with HALF_UP rounding,
+never a target's own decimal `/`.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from typing import Callable
 from sqlglot import exp
 
 from htap.rewrite import render
-from htap.rewrite.subplan import Expr, PushedSubplan, PushedTree, SortKey, SubplanError, TreeNode, decimal_type
+from htap.rewrite.subplan import Expr, PushedSubplan, PushedTree, SortKey, SubplanError, TreeNode
 
 _AGGREGATES = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Max}
 _OUTER_JOINS = {"left": "left", "right": "right", "full": "full"}  # the joins that stay derived tables
@@ -36,7 +34,101 @@ _OUTER_JOINS = {"left": "left", "right": "right", "full": "full"}  # the joins t
 
 def render_tree(tree: PushedTree, leaf_query: Callable[[int], exp.Select]) -> exp.Select:
     """The whole tree as one query; `leaf_query(k)` is leaf k's own query (its outputs in order)."""
-    return _Renderer(tree, leaf_query).query(tree.root)
+    return _Renderer(tree, leaf_query).query(reduce_grouped_joins(tree.root))
+
+
+def reduce_grouped_joins(node: TreeNode) -> TreeNode:
+    """Each inner join of an aggregate on one of its grouping columns (`g = x`) with the aggregate's
+    input reduced first to the groups the join can keep: a semi join of that input with the
+    smallest part of the other side that yields x (`EXISTS`). Spark decorrelates a correlated
+    subquery into such a join (TPC-H Q17: the average quantity per part over all of lineitem,
+    200,000 groups, joined with the 204 parts the query selects), and a target runs the aggregate
+    whole before the join: DuckDB's own plan of the query text aggregates the selected parts only.
+
+    Exact: a group is kept or dropped whole (its rows share g), and a group whose g no row of the
+    other side matches is dropped by the join anyway. The part of the other side used (`_yielding`)
+    is reached down inner joins only, each of which keeps a subset of its sides' rows, so the
+    values of x it yields are a superset of the other side's; NULL never matches `=`, in the join
+    or in the EXISTS."""
+    children = tuple(reduce_grouped_joins(c) for c in node.children)
+    if children != node.children:
+        node = dataclasses.replace(node, children=children)
+    if node.op != "join" or node.join_type != "inner" or node.cond is None:
+        return node
+    for side in (0, 1):
+        grouped, other = node.children[side], node.children[1 - side]
+        for conjunct in _conjuncts(node.cond):
+            reduced = _reduced(grouped, other, conjunct)
+            if reduced is not None:
+                kids = list(node.children)
+                kids[side] = reduced
+                return dataclasses.replace(node, children=tuple(kids))
+    return node
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if e.form == "op" and e.name == "AND":
+        return [c for a in e.args for c in _conjuncts(a)]
+    return [e]
+
+
+def _reduced(grouped: TreeNode, other: TreeNode, conjunct: Expr) -> TreeNode | None:
+    """`grouped` (filters and projections over an aggregate) with the aggregate's input semi
+    joined to the part of `other` that yields the other operand of `conjunct` (`g = x`, g one of
+    `grouped`'s columns that is a grouping column of the aggregate), or None."""
+    if conjunct.form != "op" or conjunct.name != "=" or len(conjunct.args) != 2:
+        return None
+    mine = set(grouped.columns())
+    for g, x in (conjunct.args, conjunct.args[::-1]):
+        if g.form != "col" or g.name not in mine or not x.columns() or not x.columns() <= set(other.columns()):
+            continue
+        source = _yielding(other, x.columns())
+        if source is None:
+            continue
+        rebuilt = _with_semi_join(grouped, g.name, source, x)
+        if rebuilt is not None:
+            return rebuilt
+    return None
+
+
+def _yielding(node: TreeNode, columns: set[str]) -> TreeNode | None:
+    """The smallest subtree of `node` that still holds `columns`, down inner and cross joins only:
+    a join keeps a subset of each side's rows, values unchanged, so the side yields at least every
+    value combination the join does. Filters and semi/anti joins are kept, not skipped: they are
+    what makes the other side selective."""
+    if not columns <= set(node.columns()):
+        return None
+    if node.op == "join" and node.join_type in ("inner", "cross"):
+        for child in node.children:
+            found = _yielding(child, columns)
+            if found is not None:
+                return found
+    return node
+
+
+def _with_semi_join(node: TreeNode, column: str, source: TreeNode, x: Expr) -> TreeNode | None:
+    """`node` with its aggregate's input semi joined to `source` on `group column = x`, following
+    `column` down through filters and plain-column projections to the aggregate; None if it is not
+    a plain grouping column there."""
+    if node.op == "filter":
+        child = _with_semi_join(node.children[0], column, source, x)
+        return None if child is None else dataclasses.replace(node, children=(child,))
+    if node.op == "project":
+        e = dict(node.exprs).get(column)
+        if e is None or e.form != "col":
+            return None
+        child = _with_semi_join(node.children[0], e.name, source, x)
+        return None if child is None else dataclasses.replace(node, children=(child,))
+    if node.op != "aggregate":
+        return None
+    e = dict(node.exprs).get(column)
+    if e is None or e.form != "col" or not any(k.form == "col" and k.name == e.name for k in node.group_by):
+        return None
+    (child,) = node.children
+    if e.name not in child.columns() or set(source.columns()) & set(child.columns()):
+        return None
+    on = Expr("op", "boolean", "=", args=(e, x))
+    return dataclasses.replace(node, children=(TreeNode("join", children=(child, source), cond=on, join_type="semi"),))
 
 
 def render_tree_over(subplan: PushedSubplan, relations: list, columns: list[list[str]]) -> exp.Select:
@@ -200,43 +292,10 @@ class _Renderer:
         return dataclasses.replace(e, args=tuple(self._placeholders(a, slots) for a in e.args))
 
     def divide(self, e: Expr) -> exp.Expression:
-        """`a / b` for decimals, as Spark's DecimalDivideWithOverflowCheck computes it: the exact
-        quotient rounded HALF_UP (ties away from zero) to the result's scale s; NULL when b is 0.
-
-        On unscaled integers A = a * 10^sa, B = b * 10^sb the result's unscaled value is
-        A * 10^k / B rounded, k = s + sb - sa. With n = |A|, d = |B|: q0, r0 = divmod(n, d), then
-        q1, r1 = divmod(r0 * 10^k, d), and |result| = q0 * 10^k + q1 + (2 * r1 >= d), signed by
-        A's and B's signs. Dividing the remainder (below d) rather than A * 10^k keeps every
-        intermediate within 38 digits when A is (Spark's sums are) and d * 10^k fits (a count
-        times 10^4 for AVG)."""
+        """`a / b` for decimals (Spark's AVG of decimals: its sum over its count), rendered by
+        htap.rewrite.render.divide, the one renderer of decimal division."""
         num, den = e.args
-        result, left, right = decimal_type(e.type), decimal_type(num.type), decimal_type(den.type)
-        if result is None or left is None or right is None:
-            raise SubplanError(f"a pushed division takes decimals: {e!r}")
-        precision, scale = result
-        k = scale + right[1] - left[1]
-        if k < 0:
-            raise SubplanError(f"a pushed division to a scale below its dividend's is not rendered: {e!r}")
-        a = _unscaled(self.expr(num), left[1])
-        b = _unscaled(self.expr(den), right[1])
-        n = exp.Abs(this=a)
-        d = exp.Nullif(this=exp.Abs(this=b.copy()), expression=_int(0))
-        shift = _int(10**k)
-        q0 = exp.IntDiv(this=n, expression=d)
-        r0 = exp.Mod(this=n.copy(), expression=d.copy())
-        t = exp.paren(exp.Mul(this=exp.paren(r0, copy=False), expression=shift), copy=False)
-        q1 = exp.IntDiv(this=t, expression=d.copy())
-        r1 = exp.Mod(this=t.copy(), expression=d.copy())
-        up = exp.Case().when(exp.GTE(this=exp.Mul(this=_int(2), expression=exp.paren(r1, copy=False)), expression=d.copy()),
-                             _int(1)).else_(_int(0))
-        magnitude = exp.Add(this=exp.Add(this=exp.Mul(this=exp.paren(q0, copy=False), expression=shift.copy()),
-                                         expression=exp.paren(q1, copy=False)), expression=up)
-        negative = exp.NEQ(this=exp.paren(exp.LT(this=a.copy(), expression=_int(0)), copy=False),
-                           expression=exp.paren(exp.LT(this=b.copy(), expression=_int(0)), copy=False))
-        signed = exp.Case().when(negative, exp.Neg(this=exp.paren(magnitude, copy=False))).else_(magnitude.copy())
-        unit = exp.Cast(this=exp.Literal.string(_unit(scale)), to=exp.DataType.build(f"DECIMAL({max(scale, 1)}, {scale})"))
-        value = exp.Mul(this=exp.Cast(this=signed, to=exp.DataType.build("DECIMAL(38, 0)")), expression=unit)
-        return exp.Cast(this=exp.paren(value, copy=False), to=render.sql_type(e.type))
+        return render.divide(self.expr(num), num.type, self.expr(den), den.type, e.type)
 
     def aggregate(self, e: Expr) -> exp.Expression:
         if e.name == "count_star":
@@ -251,29 +310,6 @@ class _Renderer:
 
     def ordered(self, k: SortKey) -> exp.Ordered:
         return exp.Ordered(this=self.expr(k.expr), desc=not k.asc, nulls_first=k.nulls_first)
-
-
-def _int(value: int) -> exp.Expression:
-    """An INT128 integer constant (a bare literal would be a narrower type in DuckDB)."""
-    return exp.Cast(this=exp.Literal.number(value), to=exp.DataType.build("INT128"))
-
-
-def _unscaled(value: exp.Expression, scale: int) -> exp.Expression:
-    """A decimal of scale `scale` as its unscaled INT128 integer. A product with 10^scale would
-    keep the scale (DuckDB's DECIMAL(38, scale) overflows for values Spark holds), so the digits
-    are read off the decimal's text at exactly that scale (DuckDB, Postgres and MySQL all print a
-    DECIMAL(38, s) in plain notation with s fraction digits), the point dropped."""
-    if scale == 0:
-        return exp.Cast(this=exp.paren(value, copy=False), to=exp.DataType.build("INT128"))
-    fixed = exp.Cast(this=exp.paren(value, copy=False), to=exp.DataType.build(f"DECIMAL(38, {scale})"))
-    digits = exp.Anonymous(this="REPLACE", expressions=[exp.Cast(this=fixed, to=exp.DataType.build("TEXT")),
-                                                         exp.Literal.string("."), exp.Literal.string("")])
-    return exp.Cast(this=digits, to=exp.DataType.build("INT128"))
-
-
-def _unit(scale: int) -> str:
-    """10^-scale as decimal text ('1' for scale 0)."""
-    return "1" if scale == 0 else "0." + "0" * (scale - 1) + "1"
 
 
 def _select(outputs: list[exp.Expression]) -> exp.Select:

@@ -1,7 +1,9 @@
-"""The pushed AVG of decimals (htap.rewrite.tree `divide`, spelled for the source by
-htap.rewrite.dialects) run by the real Postgres and MariaDB a failed-over tree is sent to: every
-answer is Spark's, value and scale (tests/decimal_support.py follows Spark's steps), and NULL
-for no rows. DuckDB's spelling is checked in tests/unit/test_render_tree.py."""
+"""The pushed AVG of decimals (htap.rewrite.render `divide`, spelled for the source by
+htap.rewrite.dialects) run by the real Postgres and MariaDB a failed-over scan is sent to, in both
+of its forms: a pushed tree's (SubtreeJson's sum over count) and a single table's scan in one
+task (`{"fn": "avg"}`, a complete aggregate). Every answer is Spark's, value and scale
+(tests/decimal_support.py follows Spark's steps), and NULL for no rows. DuckDB's spelling is
+checked in tests/unit/test_render_tree.py and tests/unit/test_render.py."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from decimal_support import avg_of, spark_avg, unscaled_decimals
-from htap.rewrite import dialects
+from htap.rewrite import dialects, render
 from htap.rewrite.subplan import PushedSubplan
 from htap.rewrite.tree import render_tree_over
 
@@ -29,21 +31,34 @@ def avg_query(dialect: str, table: str, p: int, s: int) -> str:
     return dialects.for_source(query, dialect).sql(dialect)
 
 
-def average(conn, dialect: str, values: list[Decimal | None], p: int, s: int):
+def scan_avg_query(dialect: str, table: str, p: int, s: int) -> str:
+    """A single table's scan with its AVG pushed complete (HtapScanBuilder.exactAverage), as the
+    source reader renders it (QueryableSource.render)."""
+    subplan = PushedSubplan.from_dict({"aggregates": [
+        {"fn": "avg", "arg": {"col": "v", "type": f"decimal({p},{s})"}, "type": f"decimal({p + 4},{s + 4})"}],
+        "complete": True, "one_task": True})
+    return dialects.for_source(render.select(subplan, exp.to_table(table), ["v"]), dialect).sql(dialect)
+
+
+QUERIES = {"tree": avg_query, "scan": scan_avg_query}
+
+
+def average(conn, dialect: str, values: list[Decimal | None], p: int, s: int, form: str = "tree"):
     table = "htap_avg_division"
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {table}")
         cur.execute(f"CREATE TABLE {table} (v DECIMAL({p}, {s}))")
         if values:
             cur.executemany(f"INSERT INTO {table} VALUES (%s)", [(None if v is None else format(v, "f"),) for v in values])
-        cur.execute(avg_query(dialect, table, p, s))
+        cur.execute(QUERIES[form](dialect, table, p, s))
         return cur.fetchone()[0]
 
 
 def check(conn, dialect: str, values: list[Decimal | None], p: int, s: int) -> None:
-    got = average(conn, dialect, values, p, s)
     expected = spark_avg(values, p, s)
-    assert got == expected and (got is None or got.as_tuple().exponent == -(s + 4)), (dialect, values, got, expected)
+    for form in QUERIES:
+        got = average(conn, dialect, values, p, s, form)
+        assert got == expected and (got is None or got.as_tuple().exponent == -(s + 4)), (dialect, form, values, got, expected)
 
 
 TIES = [(["0.01"] + ["0.00"] * 31, "0.000313"), (["-0.01"] + ["0.00"] * 31, "-0.000313"),
@@ -68,4 +83,6 @@ def test_mariadb_averages_decimals_as_spark(mysql, data, shape):
 def test_ties_round_away_from_zero_on_both_sources(pg, mysql, values, expected):
     decimals = [None if v is None else Decimal(v) for v in values]
     for conn, dialect in ((pg, "postgres"), (mysql, "mysql")):
-        assert average(conn, dialect, decimals, 15, 2) == (None if expected is None else Decimal(expected)), dialect
+        for form in QUERIES:
+            got = average(conn, dialect, decimals, 15, 2, form)
+            assert got == (None if expected is None else Decimal(expected)), (dialect, form)

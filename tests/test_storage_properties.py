@@ -5,7 +5,8 @@ also whatever the online splits and merges of partitions (some with a checkpoint
 while they run, whose deltas they carry over) and the garbage collection of what they retired:
 time travel to before a split reads the old layout. And whatever befalls the checkpoints' key
 index (htap.replica.keyindex): dropped, stale, behind, swapped by compactions, retired by
-repartitions."""
+repartitions. And compactions that restate their deletion vectors before a checkpoint commits to
+the partition and swap after it (htap.replica.dv.Restatement)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,23 @@ def upset_index(table: DirectTable, how: str | None) -> None:
                     index.covers = index.covers - {max(index.covers)}
 
 
+def compact(table: DirectTable, data, gc_floor: int, seq: int, meanwhile=None) -> int:
+    """Maybe merge some deltas of one partition (all of them: a base merge with a drawn GC seq);
+    returns the new GC floor (reads below the GC seq are no longer exact)."""
+    live = table.store.deltas(table.table.id)
+    if len(live) < 2:
+        return gc_floor
+    part = data.draw(st.sampled_from(sorted({d.part for d in live})))
+    mine = [d for d in live if d.part == part]
+    if len(mine) < 2:
+        return gc_floor
+    whole = data.draw(st.booleans(), label="whole partition")
+    chosen = mine if whole else data.draw(st.lists(st.sampled_from(mine), min_size=2, unique=True))
+    gc = data.draw(st.integers(gc_floor, seq), label="gc seq") if whole else None
+    merge(table.warehouse, table.store, table.table, part, chosen, gc, meanwhile=meanwhile)
+    return gc_floor if gc is None else max(gc_floor, gc)
+
+
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_reads_at_every_seq_equal_the_model(data):
@@ -146,6 +164,10 @@ def test_reads_at_every_seq_equal_the_model(data):
                     repartition(table.warehouse, table.store, table.table.id, Change(action, parts, "test"),
                                 data.draw(st.integers(1, 3), label="partition rows"),
                                 meanwhile=(lambda: done.append(table.checkpoint(seq))) if during else None)
+                if not done and len(table.buffer) > 0 and data.draw(st.booleans(), label="compaction during it"):
+                    # A compaction that restated its deletion vectors before this checkpoint
+                    # committed a delta to the partition, and takes the lock after it.
+                    gc_floor = compact(table, data, gc_floor, seq, meanwhile=lambda: done.append(table.checkpoint(seq)))
                 if not done:
                     table.checkpoint(seq)
                 table.table = table.store.table_by_id(table.table.id)
@@ -155,17 +177,8 @@ def test_reads_at_every_seq_equal_the_model(data):
                         delete_delta_files(table.warehouse, path)
                 # Time travel now, before later compactions raise the GC floor past this seq.
                 check(table, data.draw(st.integers(gc_floor, seq), label="read at"), history, ops)
-                live = table.store.deltas(table.table.id)
-                if len(live) >= 2 and data.draw(st.booleans(), label="compact"):
-                    part = data.draw(st.sampled_from(sorted({d.part for d in live})))
-                    mine = [d for d in live if d.part == part]
-                    if len(mine) >= 2:
-                        whole = data.draw(st.booleans(), label="whole partition")
-                        chosen = mine if whole else data.draw(st.lists(st.sampled_from(mine), min_size=2, unique=True))
-                        gc = data.draw(st.integers(gc_floor, seq), label="gc seq") if whole else None
-                        merge(table.warehouse, table.store, table.table, part, chosen, gc)
-                        if gc is not None:
-                            gc_floor = max(gc_floor, gc)  # reads below the GC seq are no longer exact
+                if data.draw(st.booleans(), label="compact"):
+                    gc_floor = compact(table, data, gc_floor, seq)
         table.checkpoint(max(history))
         for seq in range(gc_floor, max(history) + 1):
             check(table, seq, history, ops)

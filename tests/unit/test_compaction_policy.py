@@ -40,9 +40,15 @@ def test_size_tiers(byte_sizes, expected):
     assert sizes(pick(deltas(*byte_sizes), POLICY)) == expected
 
 
-def test_more_than_max_deltas_merges_them_all():
-    many = deltas(10, 10**9, 20, 10**8, 30, 40)  # 6 > 5
-    assert pick(many, POLICY) == many
+def test_more_than_max_deltas_merges_the_smallest_tier_that_leaves_at_most_max_deltas():
+    # 6 > 5: the four small ones (tier 100) leave 3; the big ones are not rewritten.
+    assert sizes(pick(deltas(10, 10**9, 20, 10**8, 30, 40), POLICY)) == [10, 20, 30, 40]
+    # Nine small checkpoints next to a base: the small ones, never the base.
+    assert sizes(pick(deltas(10**9, *[50] * 9), POLICY)) == [50] * 9
+    # Tier 100 would leave 6 (> 5): the next tier that leaves at most 5, here tier 1600.
+    assert sizes(pick(deltas(10**9, 10**8, 10**7, 10**6, 1000, 1000, 50, 50), POLICY)) == [1000, 1000, 50, 50]
+    # Only all of them leave at most 1.
+    assert sizes(pick(deltas(10**9, 10**8, 50), Policy(100, 4.0, 1))) == [10**9, 10**8, 50]
     assert sizes(pick(deltas(10**9, 10**8, 10**7, 10**6, 10**5), POLICY)) == [10**6, 10**5]  # 5 is not more than 5
 
 
@@ -67,9 +73,7 @@ def test_pick_chooses_the_smallest_tier_with_two_deltas(byte_sizes, min_bytes, r
     policy = Policy(min_bytes, ratio, max_deltas)
     ds = deltas(*byte_sizes)
     chosen = pick(ds, policy)
-    if len(ds) > max_deltas:
-        assert chosen == ds
-    elif len(ds) < 2:
+    if len(ds) < 2:
         assert chosen is None
     else:
         assert chosen is not None and len(chosen) >= 2
@@ -77,9 +81,12 @@ def test_pick_chooses_the_smallest_tier_with_two_deltas(byte_sizes, min_bytes, r
         biggest = max(d.bytes for d in chosen)
         # every delta at most as big as the biggest chosen one is chosen too (a whole tier)
         assert all(d in chosen for d in ds if d.bytes <= biggest)
-        # and the tier below held fewer than two
+        # what is left is at most max_deltas deltas
+        assert len(ds) - len(chosen) + 1 <= max_deltas
+        # and the tier below held fewer than two, or merging it would have left too many
         if biggest > min_bytes:
-            assert sum(1 for d in ds if d.bytes <= biggest / ratio) < 2
+            below = sum(1 for d in ds if d.bytes <= biggest / ratio)
+            assert below < 2 or len(ds) - below + 1 > max_deltas
 
 
 @pytest.mark.parametrize("kw", [{"ratio": 1.0}, {"ratio": 0.5}, {"min_bytes": 0}, {"max_deltas": 0}])

@@ -137,3 +137,56 @@ def test_registry_keeps_the_recently_used_and_forgets_on_request(tmp_path):
     finally:
         keyindex.KEEP = keeps
         keyindex.forget()
+
+
+@PROPERTY
+@given(st.data())
+def test_a_tier_merge_swapped_in_place_or_a_whole_merge_indexed_ahead_equals_a_rebuild(tmp_path_factory, data):
+    """A compaction's in-place swap (a tier merge of some deltas: every version kept) and the index
+    a merge of the whole partition builds for its output before the lock (`of_delta`, then `sync`
+    with the deltas committed meanwhile) answer what an index built from the live deltas does."""
+    root = tmp_path_factory.mktemp("swap")
+    (root / "p").mkdir()
+    index, live, tables, seq = KeyIndex(SCHEMA), [], {}, 0
+    for _ in range(data.draw(st.integers(2, 6), label="deltas")):
+        seq += 1
+        new = delta([(k, seq, op) for k, op in data.draw(batch, label="changes")])
+        rel = write(root, new)
+        index.sync(root, live)
+        index.supersede(new, rel)
+        live.append(rel)
+        tables[rel] = new
+    whole = data.draw(st.booleans(), label="whole partition")
+    chosen = list(live) if whole else data.draw(st.lists(st.sampled_from(live), min_size=2, unique=True), label="merged")
+    merged = pa.concat_tables([tables[r] for r in chosen]).sort_by([("a", "ascending"), ("b", "ascending"), (SEQ, "descending")])
+    out = write(root, merged)
+    later = []
+    if whole:
+        ahead = KeyIndex.of_delta(SCHEMA, out, merged)
+        for _ in range(data.draw(st.integers(0, 2), label="committed meanwhile")):
+            seq += 1
+            later.append(write(root, delta([(k, seq, op) for k, op in data.draw(batch, label="later")])))
+        ahead.sync(root, [out, *later])
+        index = ahead
+    else:
+        index.replace(chosen, out, merged)
+    live = [r for r in live if r not in chosen] + [out] + later
+    assert index.covers == frozenset(live)
+    fresh = KeyIndex(SCHEMA)
+    fresh.sync(root, live)
+    probe = delta([(k, seq + 1, 0) for k, _ in data.draw(batch, label="probe")])
+    a, _ = index.supersede(probe, "p/next.parquet")
+    b, _ = fresh.supersede(probe, "p/next.parquet")
+    assert entries(a) == entries(b) == entries(dv.superseded(probe, KEY, root, live))
+
+
+def test_single_integer_keys_hash_without_duckdb_and_are_found():
+    schema = pa.schema([("id", pa.int64())])
+    stored = pa.table({"id": pa.array([-(2**63), -1, 0, 7, 2**63 - 1], pa.int64())})
+    h = keyindex.hashes(stored)
+    assert h.dtype == np.uint64 and len(set(h.tolist())) == 5
+    assert keyindex.hashes(stored.slice(3, 1)).tolist() == h[3:4].tolist()  # a key's hash is its own
+    index = KeyIndex(schema)
+    index._put(stored, index._code("d"), np.arange(5), np.ones(5, np.int64))
+    probe = pa.table({"id": pa.array([7, 8, -1, 2**63 - 1], pa.int64())})
+    assert index.find(probe).tolist() == [3, -1, 1, 4]

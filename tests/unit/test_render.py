@@ -9,7 +9,8 @@ import math
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from decimal_support import spark_avg, unscaled_decimals
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 from unit_support import (
@@ -121,6 +122,16 @@ GOLDEN_CASES: dict[str, dict] = {
         "order": [{"output": 2, "asc": False, "nulls_first": False}, {"output": 0, "asc": True, "nulls_first": True},
                   {"output": 1, "asc": True, "nulls_first": False}],
         "limit": 3,
+    },
+    # A single table's AVG of decimals in one task (HtapScanBuilder.exactAverage): Spark's value.
+    "complete AVG of decimals, top-N by it": {
+        "group_by": ["b"],
+        "aggregates": [{"fn": "avg", "arg": {"col": "dec", "type": "decimal(15,2)"}, "type": "decimal(19,6)"},
+                       {"fn": "avg", "arg": {"op": "-", "type": "decimal(16,2)", "args": [
+                           {"col": "dec", "type": "decimal(15,2)"}, {"lit": lit_json("decimal", "1"), "type": "decimal(1,0)"}]},
+                        "type": "decimal(20,6)"}],
+        "complete": True, "one_task": True,
+        "order": [{"output": 1, "asc": False, "nulls_first": False}], "limit": 2,
     },
     "top-N of rows": {"columns": ["id", "s"], "order": [
         {"expr": {"col": "s", "type": "string"}, "asc": True, "nulls_first": True},
@@ -518,3 +529,70 @@ def test_unknown_typed_expressions_are_subplan_errors():
         PushedSubplan.from_dict({"where": [{"op": "/", "type": "double", "args": []}]})
     with pytest.raises(SubplanError, match="cannot render Spark type"):
         render.sql_type("interval day")
+
+
+# --- a single table's AVG of decimals, complete in one task ---------------------------------------
+
+# The shapes HtapScanBuilder.exactAverage pushes (11 < p <= 28), extremes of scale included.
+AVG_SHAPES = [(12, 0), (15, 2), (20, 5), (28, 10), (28, 0), (18, 18)]
+
+
+def avg_scan(p: int, s: int, grouped: bool) -> PushedSubplan:
+    return PushedSubplan.from_dict({
+        "group_by": ["k"] if grouped else [],
+        "aggregates": [{"fn": "avg", "arg": {"col": "v", "type": f"decimal({p},{s})"}, "type": f"decimal({p + 4},{s + 4})"},
+                       {"fn": "count_star"}],
+        "complete": True, "one_task": True,
+    })
+
+
+def scan_avgs(groups: dict[int, list], p: int, s: int, grouped: bool) -> dict:
+    """DuckDB's answer to the rendered scan over a table of (k, v) rows: {k: avg} (k None ungrouped)."""
+    con = engine.cursor()
+    try:
+        con.execute(f"CREATE OR REPLACE TABLE d (k BIGINT, v DECIMAL({p}, {s}))")
+        rows = [(k, None if x is None else format(x, "f")) for k, xs in groups.items() for x in xs]
+        if rows:
+            con.executemany("INSERT INTO d VALUES (?, ?)", rows)
+        sql = render.select(avg_scan(p, s, grouped), exp.to_table("d"), ["k", "v"]).sql("duckdb")
+        assert "/" not in sql.replace("//", ""), sql  # never DuckDB's decimal `/` (it goes through DOUBLE)
+        result = con.sql(sql).fetchall()
+    finally:
+        con.close()
+    return {r[0]: r[1] for r in result} if grouped else {None: result[0][0]}
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), shape=st.sampled_from(AVG_SHAPES), grouped=st.booleans())
+def test_a_scans_avg_of_decimals_is_sparks_to_the_last_digit(data, shape, grouped):
+    """Random decimals (extremes and ties often), NULL-only groups and no rows at all: the scan's
+    pushed AVG (render.aggregate, through render.divide) is Spark's value and scale."""
+    p, s = shape
+    values = st.lists(st.one_of(st.none(), unscaled_decimals(p, s)), max_size=8)
+    groups = data.draw(st.dictionaries(st.integers(0, 3), values, max_size=4))
+    got = scan_avgs(groups, p, s, grouped)
+    expected = ({k: spark_avg(xs, p, s) for k, xs in groups.items() if xs} if grouped  # a group has rows
+                else {None: spark_avg([x for xs in groups.values() for x in xs], p, s)})
+    assert got == expected, (groups, got, expected)
+    assert all(a is None or a.as_tuple().exponent == -(s + 4) for a in got.values()), got
+
+
+@pytest.mark.parametrize("values, expected", [
+    (["0.01"] + ["0.00"] * 31, "0.000313"),  # 0.0003125: a tie, away from zero
+    (["-0.01"] + ["0.00"] * 31, "-0.000313"),
+    (["-0.01"] + ["0.00"] * 63, "-0.000156"),
+    (["9999999999999.99", "9999999999999.99", "9999999999999.97"], "9999999999999.983333"),
+    ([None, None], None),  # only NULLs: NULL
+    ([], None),  # no rows: NULL, not a division by zero
+])
+def test_a_scans_avg_of_decimals_rounds_ties_away_from_zero(values, expected):
+    decimals = [None if x is None else D(x) for x in values]
+    got = scan_avgs({0: decimals}, 15, 2, grouped=False)[None]
+    assert got == (None if expected is None else D(expected)) == spark_avg(decimals, 15, 2)
+
+
+def test_an_avg_of_anything_but_decimals_is_not_rendered():
+    with pytest.raises(SubplanError, match="AVG"):
+        render.average(exp.column("v"), "int", "double")
+    with pytest.raises(SubplanError, match="division"):
+        render.average(exp.column("v"), "decimal(15,2)", "double")

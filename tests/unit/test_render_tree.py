@@ -259,3 +259,58 @@ def test_avg_of_decimals_rounds_half_up_at_the_result_scale(values, expected):
     got = avg_in_duckdb(decimals, 15, 2)
     assert got == (None if expected is None else Decimal(expected)) == spark_avg(decimals, 15, 2)
     assert "/" not in avg_sql(15, 2).replace("//", "")  # DuckDB's decimal `/` goes through DOUBLE
+
+
+GROUPED = {"node": "aggregate", "group_by": [c("c3")], "child": B, "exprs": [
+    {"name": "c3", "expr": c("c3")}, {"name": "c6", "expr": {"agg": "sum", "args": [c("c4")], "type": "bigint"}}]}
+D = scan(2, "c7", "c8")  # d.k, d.v
+
+
+def grouped_join(left: dict, extra: dict | None = None) -> dict:
+    """`left` inner joined on c2 with b's sums per key (a decorrelated correlated subquery's shape,
+    TPC-H Q17), maybe with a second, non-equality conjunct."""
+    on = op("=", c("c2"), c("c3"))
+    return tree({"node": "join", "type": "inner", "left": left, "right": {"node": "filter", "child": GROUPED,
+                 "cond": op("IS_NOT_NULL", c("c6"))}, "on": op("AND", on, extra) if extra else on},
+                [*LEAVES, leaf("d", ["k", "v"])])
+
+
+CASES["aggregate joined on its grouping column: its input reduced by EXISTS"] = grouped_join(A)
+CASES["aggregate joined on its grouping column below another join: EXISTS over one side"] = grouped_join(
+    {"node": "join", "type": "inner", "left": A, "right": D, "on": op("=", c("c2"), c("c7"))}, op("<", c("c1"), c("c6")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.lists(st.tuples(st.integers(0, 9), st.none() | st.integers(0, 4)), max_size=8),
+       b=st.lists(st.tuples(st.none() | st.integers(0, 4), st.integers(-5, 5)), max_size=12),
+       d=st.lists(st.none() | st.integers(0, 4), max_size=4))
+def test_aggregate_joined_on_its_grouping_column_keeps_exactly_the_joined_groups(a, b, d):
+    """The EXISTS that reduces the aggregate's input (tree.reduce_grouped_joins) drops only groups
+    the join drops: the result equals a model of the unreduced query, NULL keys on either side."""
+    con = engine.cursor()
+    try:
+        con.execute("CREATE SCHEMA IF NOT EXISTS s")
+        con.execute("CREATE OR REPLACE TABLE s.a (id BIGINT, k BIGINT, v BIGINT)")
+        con.execute("CREATE OR REPLACE TABLE s.b (id BIGINT, k BIGINT, w BIGINT)")
+        con.execute("CREATE OR REPLACE TABLE s.d (k BIGINT, v BIGINT)")
+        for rows, insert in ((a, "INSERT INTO s.a VALUES (?, ?, 0)"), (b, "INSERT INTO s.b VALUES (0, ?, ?)"),
+                             ([(k,) for k in d], "INSERT INTO s.d VALUES (?, 0)")):
+            if rows:
+                con.executemany(insert, rows)
+        sums: dict = {}
+        for k, w in b:
+            sums[k] = sums.get(k, 0) + w
+        groups = [(k, s) for k, s in sums.items() if k is not None]
+        simple = [(i, k, g, s) for i, k in a for g, s in groups if k == g]
+        assert sorted(run(con, "aggregate joined on its grouping column: its input reduced by EXISTS")) == sorted(simple)
+        deeper = [(i, k, dk, 0, g, s) for i, k in a for dk in d if k is not None and k == dk
+                  for g, s in groups if k == g and i < s]
+        assert sorted(run(con, "aggregate joined on its grouping column below another join: EXISTS over one side")) == sorted(deeper)
+    finally:
+        con.close()
+
+
+def test_the_reduction_exists_reads_the_smallest_side_only():
+    text = sql("aggregate joined on its grouping column below another join: EXISTS over one side", "duckdb")
+    exists = text[text.index("EXISTS"):]
+    assert '"s"."b"' in text and '"s"."d"' not in exists.split("GROUP BY")[0], text

@@ -28,3 +28,9 @@ SELECT "c1", "c2", "c3", "c4" FROM (SELECT "q1"."c1", "q1"."c2", "q2"."c3", "q2"
 -- full outer join
 SELECT "q1"."c1", "q1"."c2", "q2"."c3", "q2"."c4" FROM (SELECT "id" AS "c1", "k" AS "c2" FROM (SELECT "id", "k" FROM "s"."a" AS "t0") AS q3) AS q1 FULL JOIN (SELECT "k" AS "c3", "w" AS "c4" FROM (SELECT "k", "w" FROM "s"."b" AS "t0") AS q4) AS q2 ON ("q1"."c2" = "q2"."c3")
 
+-- aggregate joined on its grouping column: its input reduced by EXISTS
+SELECT "q1"."id" AS "c1", "q1"."k" AS "c2", "q2"."c3" AS "c3", "q2"."c6" AS "c6" FROM (SELECT "id", "k" FROM "s"."a" AS "t0") AS q1 INNER JOIN (SELECT "c3" AS "c3", CAST(SUM("c4") AS BIGINT) AS "c6" FROM (SELECT "q3"."k" AS "c3", "q3"."w" AS "c4" FROM (SELECT "k", "w" FROM "s"."b" AS "t0") AS q3 WHERE (EXISTS(SELECT 1 FROM (SELECT "id", "k" FROM "s"."a" AS "t0") AS q4 WHERE ("q3"."k" = "q4"."k")))) AS q5 GROUP BY "c3") AS q2 ON ("q1"."k" = "q2"."c3") WHERE (NOT "q2"."c6" IS NULL)
+
+-- aggregate joined on its grouping column below another join: EXISTS over one side
+SELECT "q1"."id" AS "c1", "q1"."k" AS "c2", "q2"."k" AS "c7", "q2"."v" AS "c8", "q3"."c3" AS "c3", "q3"."c6" AS "c6" FROM (SELECT "id", "k" FROM "s"."a" AS "t0") AS q1 INNER JOIN (SELECT "k", "v" FROM "s"."d" AS "t0") AS q2 ON ("q1"."k" = "q2"."k") INNER JOIN (SELECT "c3" AS "c3", CAST(SUM("c4") AS BIGINT) AS "c6" FROM (SELECT "q4"."k" AS "c3", "q4"."w" AS "c4" FROM (SELECT "k", "w" FROM "s"."b" AS "t0") AS q4 WHERE (EXISTS(SELECT 1 FROM (SELECT "id", "k" FROM "s"."a" AS "t0") AS q5 WHERE ("q4"."k" = "q5"."k")))) AS q6 GROUP BY "c3") AS q3 ON (("q1"."k" = "q3"."c3") AND ("q1"."id" < "q3"."c6")) WHERE (NOT "q3"."c6" IS NULL)
+

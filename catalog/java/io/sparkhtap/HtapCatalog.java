@@ -15,7 +15,6 @@ import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
-import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -131,12 +130,6 @@ public class HtapCatalog implements TableCatalog {
   }
 
   static final String STATS_COMMENT = "htap.stats:";  // keep in sync with htap.pushdown.spark_types
-
-  static PythonDataSourceV2 newDataSource() {
-    PythonDataSourceV2 ds = new PythonDataSourceV2();
-    ds.setShortName(SHORT_NAME);
-    return ds;
-  }
 
   /**
    * {@code ALTER TABLE ... SET TBLPROPERTIES ('htap.failover'='true'|'false', 'htap.max_staleness'='<s>')}:

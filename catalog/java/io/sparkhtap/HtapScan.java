@@ -121,7 +121,9 @@ public class HtapScan implements Scan, SupportsReportStatistics {
       all.put("lease_owner", leaseOwner);
       // A fresh Python data source per scan: Spark caches the Python reader on it, and the
       // reader carries this scan's pushed subplan and snapshot.
-      PythonDataSourceV2 ds = HtapCatalog.newDataSource();
+      // Its Python instance pickled here, not by a Python worker round trip (PickledDataSource).
+      PythonDataSourceV2 ds = new PickledDataSource();
+      ds.setShortName(HtapCatalog.SHORT_NAME);
       python = new PythonScanBuilder(ds, HtapCatalog.SHORT_NAME, outputSchema, new CaseInsensitiveStringMap(all)).build();
     }
     return python;

@@ -68,12 +68,13 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   private ObjectNode aggregationJson;
   private Aggregation pushedAggregation;
   private boolean completeAggregation;
-  private boolean averageSplit;  // Spark offered an AVG as complete (see supportCompletePushDown)
+  private boolean averageSplit;  // an AVG refused as complete: Spark asks again with SUM and COUNT
   private ArrayNode orderJson;
   private int limit = -1;
 
   private final long[] stats;
   private final JoinedTables joined = new JoinedTables();
+  private Object[] tableSplit;  // JoinedTables.splitTable(stats), decided once per builder
 
   HtapScanBuilder(String tableName, StructType tableSchema, Map<String, String> options, long[] stats) {
     this.tableName = tableName;
@@ -260,13 +261,19 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    *  its split rule; a single table's by JoinedTables.splitTable (it matters only when an
    *  aggregate, top-N or limit is pushed: see {@link #oneTaskTable}). */
   private boolean oneTask() {
-    return (Integer) (joined.joined() ? joined.split() : JoinedTables.splitTable(stats))[0] < 0;
+    return (Integer) (joined.joined() ? joined.split() : tableSplit())[0] < 0;
+  }
+
+  /** How a single table's scan is split (a conf read and a look at the cluster: once). */
+  private Object[] tableSplit() {
+    if (tableSplit == null) tableSplit = JoinedTables.splitTable(stats);
+    return tableSplit;
   }
 
   /** A single table read in one task, all its partitions in one DuckDB query (or one source
    *  query): only worth it when what is pushed above the rows is then final — a complete
-   *  aggregate, or a top-N or limit without one (a partial aggregate, AVG's, keeps one task per
-   *  partition). */
+   *  aggregate, or a top-N or limit without one (a partial aggregate, as for an AVG Spark
+   *  finishes itself, keeps one task per partition). */
   private boolean oneTaskTable() {
     boolean finalTop = aggregationJson != null ? completeAggregation : orderJson != null || limit >= 0;
     return !joined.joined() && finalTop && oneTask();
@@ -276,16 +283,21 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
 
   /**
    * Complete when the scan is one task and every function is one the reader computes exactly as
-   * Spark's final value. A single table's AVG is not: Spark then splits it into SUM and COUNT and
-   * asks again, and that split stays partial too, so Spark keeps its own Aggregate with the AVG
-   * above the scan, as before single tables were read in one task (the whole-subtree strategy
-   * renders such an AVG exactly; a Project dividing complete sums is something it does not take).
+   * Spark's final value. Spark asks first with the query's own AVGs (V2ScanRelationPushDown
+   * rewriteAggregate), and a single table's AVG is taken whole when the reader can give Spark's
+   * exact value: over a decimal(p, s) with 11 < p <= 28 ({@link #exactAverage}), rendered as
+   * Spark's Average evaluates it (htap.rewrite.render {@code divide}). Any other AVG of a single
+   * table is refused, and so is the SUM and COUNT Spark then splits it into and offers again: a
+   * Project dividing complete sums above the scan is a shape the whole-subtree strategy does not
+   * take, so Spark keeps its own Aggregate with the AVG above per-partition partial sums and
+   * counts. A joined scan takes that split as complete (Spark divides above it).
    */
   @Override
   public boolean supportCompletePushDown(Aggregation aggregation) {
     if (!oneTask() || averageSplit) return false;
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
       if (f instanceof Avg && !joined.joined()) {
+        if (exactAverage((Avg) f) != null) continue;
         averageSplit = true;
         return false;
       }
@@ -294,6 +306,25 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       if (!ok) return false;
     }
     return true;
+  }
+
+  /**
+   * Spark's result type of a single table's AVG the reader computes exactly, or null. Only over
+   * a decimal(p, s) with 11 < p <= 28, not DISTINCT, the rule of the whole-subtree renderer
+   * (SubtreeJson {@code average}): Spark's Average of it is {@code if (count = 0) null else
+   * sum / cast(count as decimal(20,0))}, its sum a decimal(p + 10, s), the division rounded
+   * HALF_UP to decimal(p + 4, s + 4), neither type cut by the 38-digit bound (p <= 28). An AVG of
+   * integers or doubles sums in DOUBLE (its rounding depends on the order rows are added in), and
+   * with p <= 11 Spark's DecimalAggregates rule (which runs after scan pushdown) would average
+   * the unscaled values in DOUBLE itself: both stay Spark's.
+   */
+  private DataType exactAverage(Avg f) {
+    if (f.isDistinct() || joined.joined()) return null;
+    V2Json.Typed t = translate(f.column(), SQLConf.get().ansiEnabled());
+    if (t == null || !(t.type instanceof DecimalType)) return null;
+    DecimalType d = (DecimalType) t.type;
+    if (d.precision() <= 11 || d.precision() > 28) return null;
+    return DataTypes.createDecimalType(d.precision() + 4, d.scale() + 4);
   }
 
   @Override
@@ -336,6 +367,11 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       } else if (f instanceof Min || f instanceof Max) {
         type = input(a.put("fn", f instanceof Min ? "min" : "max"), f instanceof Min ? ((Min) f).column() : ((Max) f).column(), ansi);
         if (type == null) return false;
+      } else if (f instanceof Avg && complete && exactAverage((Avg) f) != null) {
+        // Always typed ("arg"): the reader divides at the input's scale, to Spark's result type.
+        V2Json.Typed t = translate(((Avg) f).column(), ansi);
+        type = exactAverage((Avg) f);
+        a.put("fn", "avg").put("type", type.catalogString()).set("arg", t.json);
       } else {
         return false;
       }
@@ -530,12 +566,13 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
           + "] pushed=" + pushed;
     } else {
       names.add(tableName);
-      String reason = (String) JoinedTables.splitTable(stats)[1];
+      String reason = (String) tableSplit()[1];
       String how = "";
       if (oneTaskTable()) {
         how = " [" + reason + (completeAggregation ? "; aggregate complete in the scan" : "") + "]";
       } else if (aggregationJson != null || orderJson != null || limit >= 0) {
-        how = " [" + (oneTask() ? "one task per partition: Spark finishes an AVG from partial sums and counts" : reason)
+        how = " [" + (oneTask() ? "one task per partition: Spark finishes an AVG (not of a decimal(p, s) with 11 < p <= 28)"
+            + " from partial sums and counts" : reason)
             + (aggregationJson != null ? "; partial aggregate" : "") + "]";
       }
       description = "HtapScan " + tableName + how + " pushed=" + pushed;

@@ -143,7 +143,8 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     }
     String description = "HtapScan " + String.join(", ", tables) + " [whole subtree pushed: "
         + String.join(", ", new LinkedHashSet<>(t.operators)) + " over " + t.leaves.size()
-        + " scans" + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
+        + " scans" + (t.leaves.size() == 1 ? " (its aggregate complete in the scan)" : "")
+        + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
         + " query's one snapshot, and Spark cannot split a tree of joins, subqueries and aggregates by"
         + " partitions] pushed=" + pushed;
     HtapScan scan = new HtapScan(new ArrayList<>(tables), schema, options, description,

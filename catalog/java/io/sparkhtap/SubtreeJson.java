@@ -282,6 +282,9 @@ final class SubtreeJson {
         if (i < aggregates.size() && "sum".equals(aggregates.get(i).path("fn").asText())) partialSums.add(a.exprId().id());
       }
     }
+    for (JsonNode a : aggregates) {  // a single table's AVG of decimals, computed whole by the leaf
+      if ("avg".equals(a.path("fn").asText())) operators.add("AVG");
+    }
     leaves.add(r);
     leafJson.add(leaf);
     return n;
