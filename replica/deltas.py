@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -29,7 +28,7 @@ from htap.errors import NoSuchTableError, TableError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import BASE_PREFIX, OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
-from htap.replica.warehouse import Warehouse, as_warehouse
+from htap.replica.warehouse import Warehouse, as_warehouse, fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +175,7 @@ class StagedDelta:
                                                                  write_statistics=True)
         try:
             self._writer.write_table(self.data, row_group_size=ROW_GROUP_ROWS)
-            flush_to_disk(self.tmp)  # so that storing it under the lock has little left to flush
+            fsync_path(self.tmp)  # so that storing it under the lock has little left to flush
         except BaseException:
             self.discard()
             raise
@@ -222,15 +221,6 @@ class StagedDelta:
                 writer.close()
             finally:
                 self.tmp.unlink(missing_ok=True)
-
-
-def flush_to_disk(path: Path) -> None:
-    """Write back the file's dirty pages now (its later fsync then has little left to do)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unique_sorted_keys(data: pa.Table, key: list[str]) -> bool:

@@ -67,7 +67,8 @@ def checksum_of(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file (its data) or a folder (its entries)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -156,10 +157,10 @@ class LocalWarehouse(Warehouse):
         # Written, fsynced, renamed, and the folder fsynced: a crash leaves at worst an
         # unreferenced file, never a reference to a file that is not fully on disk.
         digest = checksum_of(staged)
-        _fsync(staged)
+        fsync_path(staged)
         path = self.root / rel
         os.replace(staged, path)
-        _fsync(path.parent)
+        fsync_path(path.parent)
         return digest
 
     def put_bytes(self, rel: str, data: bytes) -> None:
