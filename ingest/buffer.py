@@ -108,7 +108,7 @@ class TableBuffer:
         self._append(values, seq, mask, base)
 
     def _append(self, values: list, seq: int, mask: int, base: tuple | None) -> None:
-        if mask and base is not None and base != self.key_of(values):
+        if mask and base is not None:
             self.bases[len(self.seqs)] = base
         for col, v in zip(self.columns, values):
             col.append(v)
@@ -116,11 +116,12 @@ class TableBuffer:
         self.ops.append(OP_UPSERT)
         self.unset.append(mask)
 
-    def _fill(self, values: list, source: tuple, moved: bool = False) -> tuple[list, int, tuple]:
+    def _fill(self, values: list, source: tuple, moved: bool = False) -> tuple[list, int, tuple | None]:
         """A partial row: fill unset values from the newest buffered version of key `source`
         (its own key; the old key of a key change, `moved`) if there is one; what stays unset is
-        marked in the mask and filled when written from the newest older version of the returned
-        base key (`source`, or the base of the buffered version it came from)."""
+        marked in the mask and filled when written: from the row's own older versions (base None),
+        or, when a key change is involved (this one, or one the buffered version came through),
+        from the newest live version of the returned base key."""
         self._index()
         prev = self.latest.get(source)
         usable = prev is not None and self.ops[prev] == OP_UPSERT
@@ -130,7 +131,10 @@ class TableBuffer:
                 f"unchanged (unchanged TOAST), but key {source!r} was deleted before it: the values cannot be known; "
                 f"copy the table again (htap tables resync) or set REPLICA IDENTITY FULL on the source table"
             )
-        base = self.bases.get(prev, source) if usable else source
+        # A moved row's unset values are the old key's as before this checkpoint (its newest live
+        # version), even when the row later moves back to that key past versions of it (`bases`).
+        moved_base = source if moved else None
+        base = self.bases.get(prev, moved_base) if usable else moved_base
         filled, mask = [], 0
         for i, v in enumerate(values):
             if v is UNSET:

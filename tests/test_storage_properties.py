@@ -256,3 +256,18 @@ def test_one_task_read_of_partitions_with_one_damaged_sidecar(tmp_path):
     assert dv.load(con, table.warehouse, paths, 2) is None
     assert table_rows(table.read_one_task(2)) == want
     con.close()
+
+
+def test_a_row_moved_away_and_back_past_versions_of_its_key_keeps_its_values(tmp_path):
+    """Found by the model test: 0 -> 1, then 0 re-inserted and deleted, then 1 -> 0, all values
+    unchanged: they are key 0's as before the checkpoint, not its deleted version's NULLs."""
+    table = DirectTable(tmp_path, SCHEMA, ["k"], None)
+    table.upsert([0, 7, "x", 0.5], 5)
+    table.checkpoint(5)
+    table.change_key([0, None, None, None], [1, UNSET, UNSET, UNSET], 6)
+    table.upsert([0, None, None, None], 7)
+    table.delete([0, None, None, None], 7)
+    table.change_key([1, None, None, None], [0, UNSET, UNSET, UNSET], 7)
+    table.checkpoint(7)
+    assert table_rows(table.read(6)) == [(1, 7, "x", 0.5)]
+    assert table_rows(table.read(7)) == [(0, 7, "x", 0.5)]
