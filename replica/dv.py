@@ -189,9 +189,11 @@ class Restatement:
         prefix = str(root) + os.sep
         con = engine.cursor()
         try:
-            con.register("fresh", data.select(list(key) + [SEQ]))
-            parts = [f"SELECT {keys}, {_q(SEQ)}, NULL::VARCHAR AS __target,"
-                     f" (row_number() OVER () - 1)::BIGINT AS __row FROM fresh"]
+            # Each row's position numbered here, not by DuckDB: `row_number() OVER ()` promises
+            # no order, and a wrong number would hide another row of the output.
+            fresh = data.select(list(key) + [SEQ])
+            con.register("fresh", fresh.append_column("__row", pa.array(np.arange(fresh.num_rows, dtype=np.int64))))
+            parts = [f"SELECT {keys}, {_q(SEQ)}, NULL::VARCHAR AS __target, __row FROM fresh"]
             if others:
                 parts.append(
                     f"SELECT {keys}, {_q(SEQ)}, substr(filename, {len(prefix) + 1}) AS __target, file_row_number::BIGINT AS __row"
