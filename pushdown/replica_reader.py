@@ -205,11 +205,10 @@ def _shared_vectors(con, root: Path, plans: tuple[ReadPlan, ...]) -> Callable[[]
     """The deletion vectors of every partition a task reads of one table, loaded once when the
     first partition needs them: two DuckDB queries for all of them instead of three per partition
     (a one-task scan of a table with P partitions). None for a single partition or mixed seqs."""
-    seqs = {plan.seq for plan in plans}
-    if len(plans) < 2 or len(seqs) != 1:
+    if len(plans) < 2 or len({plan.seq for plan in plans}) != 1:
         return None
     paths = [p for plan in plans for p in plan.delta_paths]
-    return functools.cache(lambda: dv.load(con, root, paths, seqs.pop()))
+    return functools.cache(lambda: dv.load(con, root, paths, plans[0].seq))
 
 
 def _plan_files(plan: ReadPlan) -> dict[str, str | None]:

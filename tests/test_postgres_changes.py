@@ -9,13 +9,20 @@ def spark_rows(spark, catalog, table, columns="*"):
     return normalized(spark.sql(f"SELECT {columns} FROM {catalog}.{table}").collect())
 
 
-def test_unchanged_toast_values_are_filled_from_older_versions(workspace, spark, catalog):
-    ws = workspace
-    t = f"{ws.schema}.docs"
+def toasted_table(ws, name: str, rows: int, md5s: int) -> tuple[str, str]:
+    """Table `name` (id, big text stored out of line, small) with `rows` rows; returns its name and
+    the query of a big value (`{seed}` to fill in), for later updates."""
+    t = f"{ws.schema}.{name}"
     ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, big text, small int)")
     ws.sql(f"ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL")  # no compression: always out of line
-    big = "SELECT string_agg(md5(g::text || {seed}), '') FROM generate_series(1, 400) g"
-    ws.sql(f"INSERT INTO {t} SELECT i, ({big.format(seed='i')}), i FROM generate_series(1, 20) i")
+    big = f"SELECT string_agg(md5(g::text || {{seed}}), '') FROM generate_series(1, {md5s}) g"
+    ws.sql(f"INSERT INTO {t} SELECT i, ({big.format(seed='i')}), i FROM generate_series(1, {rows}) i")
+    return t, big
+
+
+def test_unchanged_toast_values_are_filled_from_older_versions(workspace, spark, catalog):
+    ws = workspace
+    t, big = toasted_table(ws, "docs", rows=20, md5s=400)
     ws.htap("tables", "add", t)
     ws.start_service()
     ws.wait_readable("docs")
@@ -89,11 +96,7 @@ def test_key_changes_keep_unchanged_toast_values_from_the_old_key(workspace, spa
     from conftest import tune
 
     ws = workspace
-    t = f"{ws.schema}.moved"
-    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, big text, small int)")
-    ws.sql(f"ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL")  # no compression: always out of line
-    big = "SELECT string_agg(md5(g::text || {seed}), '') FROM generate_series(1, 100) g"
-    ws.sql(f"INSERT INTO {t} SELECT i, ({big.format(seed='i')}), i FROM generate_series(1, 60) i")
+    t, big = toasted_table(ws, "moved", rows=60, md5s=100)
     tune(ws, partition_rows=15, compaction_interval_s=0.0)  # four partitions; keys + 1000 land in the last
     ws.htap("tables", "add", t)
     ws.start_service()
