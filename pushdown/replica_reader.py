@@ -30,6 +30,7 @@ from htap.pushdown import partials
 from htap.replica.snapshot import ReadPlan
 from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
+from htap.rewrite.dialects import REPLICA
 from htap.rewrite.tree import render_tree_over
 from htap.rewrite.subplan import PushedSubplan
 
@@ -49,10 +50,13 @@ def replica_sql(
     floor: int | None = None,
     partial: bool = False,
     strategy: str = "merge",
+    seq_filter: bool = True,
+    deletes: bool = True,
 ) -> str:
     """The DuckDB query that reads the versions in `files` (or a registered relation's name) at
-    `seq` and applies `subplan`. `strategy` (see htap.replica.snapshot.ReadPlan) avoids the
-    general per-key merge when the deltas' shape allows it."""
+    `seq` and applies `subplan`. `strategy`, `seq_filter` and `deletes` (see
+    htap.replica.snapshot.ReadPlan) avoid the general per-key merge and filters that cannot drop
+    a row when the deltas' shape allows it."""
     if os.environ.get(BREAK_PUSHDOWN_ENV) == "1":
         broken = tuple(dataclasses.replace(f, op="le") if f.op == "lt" else f for f in subplan.filters)
         subplan = dataclasses.replace(subplan, filters=broken)
@@ -61,13 +65,13 @@ def replica_sql(
     needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
     row_filters = [f for f in subplan.filters if f not in key_filters]
-    conditions = [render.predicate(f).sql("duckdb") for f in key_filters]
+    conditions = [render.predicate(f).sql(REPLICA) for f in key_filters]
     latest = current_rows_sql(files, key, all_columns, needed, seq, floor=floor, partial=partial, strategy=strategy,
-                              key_conditions=conditions)
+                              key_conditions=conditions, seq_filter=seq_filter, deletes=deletes)
     rest = dataclasses.replace(subplan, filters=tuple(row_filters))
     # The current rows enter as a placeholder table replaced by their SQL text: parsing that text
     # back into sqlglot (and the deep copy that came with it) was half of a point lookup's time.
-    outer = render.select(rest, exp.table_(_CURRENT).as_("cur"), all_columns).sql("duckdb")
+    outer = render.select(rest, exp.table_(_CURRENT).as_("cur"), all_columns).sql(REPLICA)
     if outer.count(_CURRENT) != 1:
         raise InternalQueryError(f"the replica query has {outer.count(_CURRENT)} places for its current rows, not one: {outer}")
     return outer.replace(_CURRENT, f"({latest})")
@@ -93,6 +97,8 @@ def read_replica(
     delta_versions: list[int] | None = None,
     added_versions: dict[str, int] | None = None,
     files: Mapping[str, str | None] | None = None,
+    seq_filter: bool = True,
+    deletes: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`.
 
@@ -109,6 +115,7 @@ def read_replica(
             sql, local = partition_query(
                 con, root, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, floor=floor,
                 partial=partial, strategy=strategy, delta_versions=delta_versions, added_versions=added_versions,
+                seq_filter=seq_filter, deletes=deletes,
             )
             yield from _run(con, sql, output_schema, subplan, {table_label: local})
         finally:
@@ -133,6 +140,8 @@ def partition_query(
     added_versions: dict[str, int] | None,
     name: str = "__visible",
     vectors: Callable[[], dv.Vectors | None] | None = None,
+    seq_filter: bool = True,
+    deletes: bool = True,
 ) -> tuple[str, list[str]]:
     """The DuckDB query of one partition read at `seq` with `subplan` applied, over local copies
     of the files (`<root>/<relative path>`), and those local files. `con` may get temporary views
@@ -163,7 +172,8 @@ def partition_query(
         empty = f"{name}_no_deltas"
         con.register(empty, pa.Table.from_batches([], schema=delta_schema(table_schema)))
         source, strategy = empty, "merge"
-    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial, strategy=strategy)
+    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial, strategy=strategy,
+                      seq_filter=seq_filter, deletes=deletes)
     return sql, files
 
 
@@ -250,7 +260,7 @@ def read_joined(
                         con, root, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own,
                         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
                         delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
-                        name=f"__visible_{i}_{j}", vectors=vectors,
+                        name=f"__visible_{i}_{j}", vectors=vectors, seq_filter=plan.seq_filter, deletes=plan.deletes,
                     )
                     parts.append(f"({sql})")
                     files.setdefault(t.label, []).extend(local)
@@ -266,12 +276,12 @@ def read_joined(
                     raise _failure(e, files) from e
                 views.append(exp.to_table(f"__table_{i}"))
             if single:
-                sql = render.select(top, views[0], tables[0].schema.names).sql("duckdb")
+                sql = render.select(top, views[0], tables[0].schema.names).sql(REPLICA)
             elif subplan.tree is not None:
-                sql = render_tree_over(subplan, views, [t.schema.names for t in tables]).sql("duckdb")
+                sql = render_tree_over(subplan, views, [t.schema.names for t in tables]).sql(REPLICA)
             else:
                 relations = [v.as_(render.table_alias(i), quoted=True) for i, v in enumerate(views)]
-                sql = render.joined_select(subplan, relations).sql("duckdb")
+                sql = render.joined_select(subplan, relations).sql(REPLICA)
             yield from _run(con, sql, output_schema, subplan, files)
         finally:
             con.close()
@@ -302,5 +312,5 @@ def read_plan(
         warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, subplan, output_schema,
         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
         delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
-        files=dict(plan.files) if plan.files else None,
+        files=dict(plan.files) if plan.files else None, seq_filter=plan.seq_filter, deletes=plan.deletes,
     )

@@ -15,6 +15,7 @@ from htap import engine
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import queryable_window
 from htap.rewrite import render
+from htap.rewrite.dialects import REPLICA
 from htap.rewrite.subplan import PushedSubplan
 
 SYSTEM_SCHEMA = "htap"
@@ -72,7 +73,7 @@ def query(data: pa.Table, subplan: PushedSubplan, output: pa.Schema) -> list[pa.
     try:
         con.register("system_rows", data)
         rows = subplan.carrying_rows(data.schema.names[0])
-        sql = render.select(rows, exp.to_table("system_rows"), data.schema.names).sql("duckdb")
+        sql = render.select(rows, exp.to_table("system_rows"), data.schema.names).sql(REPLICA)
         result = con.sql(sql).to_arrow_table()
     finally:
         con.close()

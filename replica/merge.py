@@ -93,9 +93,15 @@ def current_rows_sql(
     partial: bool = False,
     strategy: str = "merge",
     key_conditions: list[str] = (),
+    seq_filter: bool = True,
+    deletes: bool = True,
 ) -> str:
     """The rows of one partition at `seq` — `columns` of every live row, one per key — as a
     DuckDB SELECT over the delta `files` (or a registered relation's name).
+
+    `seq_filter=False` (every version in the deltas is inside [floor, seq]) and `deletes=False`
+    (no delete version among them) leave out the filters that could not drop a row
+    (htap.replica.snapshot.ReadPlan says why that matters).
 
     This is the relation every read builds on (pushed filters, aggregates and whole pushed
     queries run over it). `strategy` (htap.replica.snapshot.ReadPlan) avoids the general
@@ -103,22 +109,23 @@ def current_rows_sql(
     columns only, applied to every version before the collapse (all versions of a key share them).
     """
     source = files if isinstance(files, str) else parquet_source(files)
-    visible = [f"{ident(SEQ)} <= {int(seq)}", *([f"{ident(SEQ)} >= {int(floor)}"] if floor is not None else []),
-               *key_conditions]
+    bounds = [f"{ident(SEQ)} <= {int(seq)}", *([f"{ident(SEQ)} >= {int(floor)}"] if floor is not None else [])]
+    visible = [*(bounds if seq_filter else []), *key_conditions]
     cols = ", ".join(ident(c) for c in [*columns, SEQ, OP])
     if strategy == "direct":  # one version per key: nothing to merge
-        latest = f"SELECT {cols} FROM {source} WHERE {' AND '.join(visible)}"
+        latest = f"SELECT {cols} FROM {source}" + (f" WHERE {' AND '.join(visible)}" if visible else "")
     elif strategy == "base":  # the base's version unless a newer delta has one
         newer = latest_versions_sql(parquet_source(files[1:]), key, all_columns, columns, seq, floor=floor,
                                     key_filters=key_conditions)
         match = " AND ".join(f"n.{ident(k)} = b.{ident(k)}" for k in key)
+        kept = " AND ".join([*visible, f"NOT EXISTS (SELECT 1 FROM newer AS n WHERE {match})"])
         latest = (
             f"WITH newer AS ({newer}) "
-            f"SELECT {cols} FROM {parquet_source(files[:1])} AS b WHERE {' AND '.join(visible)}"
-            f" AND NOT EXISTS (SELECT 1 FROM newer AS n WHERE {match}) "
+            f"SELECT {cols} FROM {parquet_source(files[:1])} AS b WHERE {kept} "
             f"UNION ALL SELECT {cols} FROM newer"
         )
     else:
         latest = latest_versions_sql(source, key, all_columns, columns, seq, floor=floor, partial=partial,
                                      key_filters=key_conditions)
-    return f"SELECT {', '.join(ident(c) for c in columns)} FROM ({latest}) AS latest WHERE {ident(OP)} = {OP_UPSERT}"
+    upserts = f" WHERE {ident(OP)} = {OP_UPSERT}" if deletes else ""
+    return f"SELECT {', '.join(ident(c) for c in columns)} FROM ({latest}) AS latest{upserts}"

@@ -47,6 +47,14 @@ class ReadPlan:
     files: tuple[tuple[str, str | None], ...] = ()
     # With strategy "base": delta_paths[0] holds one version per key, every other delta is newer
     # than all of it and carries full rows, so a key's newest version in the others wins outright.
+    # Whether some delta holds a version outside [floor, seq] (reads must filter `_seq`), and
+    # whether some delta holds a delete version (reads must keep upserts only). Neither filter
+    # changes a settled partition's rows, but each one costs the reading engine its estimate of
+    # the table's size: DuckDB counts any filter as keeping a fifth of the rows, and with every
+    # table of a pushed join a fifth of its size it ordered TPC-H Q8's joins badly (the 365,091
+    # rows of lineitem JOIN orders built into a hash table to probe with 1,451 parts).
+    seq_filter: bool = True
+    deletes: bool = True
 
 
 def read_strategy(deltas: list[Delta]) -> str:
@@ -106,6 +114,8 @@ def plan_reads(
                 added_versions=tuple((c.name, c.added_version) for c in table.columns if c.added_version > 1),
                 lease=lease,
                 files=tuple(item for d in mine for item in d.files().items()),
+                seq_filter=any(d.max_seq > seq or (floor is not None and d.min_seq < floor) for d in mine),
+                deletes=any(d.deletes for d in mine),
             )
         )
     return plans

@@ -58,7 +58,8 @@ def test_one_partition_selects_deltas_by_seq_and_floor_in_seq_order():
     d = make_delta(5, 25, id=4, path="d")  # overlaps (a compaction of a newer run)
     assert plan_reads(t, [c, b, a, d], 30, None) == [
         ReadPlan(part=0, seq=30, delta_paths=("a", "d", "b", "c"), floor=None, partial=False, strategy="merge",
-                 delta_versions=(1, 1, 1, 1), files=(("a", None), ("d", None), ("b", None), ("c", None)))
+                 delta_versions=(1, 1, 1, 1), files=(("a", None), ("d", None), ("b", None), ("c", None)),
+                 seq_filter=False, deletes=False)
     ]
     [plan] = plan_reads(t, [c, b, a, d], 15, None)
     assert plan.delta_paths == ("a", "d", "b")  # c starts after seq 15
@@ -67,6 +68,22 @@ def test_one_partition_selects_deltas_by_seq_and_floor_in_seq_order():
     assert plan.floor == 11 and plan.seq == 15
     [plan] = plan_reads(t, [c, b, a, d], 10, 10)
     assert plan.delta_paths == ("a", "d")  # both bounds are inclusive
+
+
+def test_a_plan_filters_seqs_and_deletes_only_where_a_delta_can_hold_a_row_they_drop():
+    t = make_table()
+    a = make_delta(1, 10, id=1, path="a")
+    b = make_delta(11, 20, id=2, path="b")
+    [plan] = plan_reads(t, [a, b], 20, None)
+    assert (plan.seq_filter, plan.deletes) == (False, False)  # every version is visible, none deletes
+    [plan] = plan_reads(t, [a, b], 15, None)
+    assert plan.seq_filter  # b holds versions after seq 15
+    [plan] = plan_reads(t, [a, b], 20, 5)
+    assert plan.seq_filter  # a holds versions below the floor
+    [plan] = plan_reads(t, [a, b], 20, 1)
+    assert not plan.seq_filter  # the floor is inclusive
+    [plan] = plan_reads(t, [a, dataclasses.replace(b, deletes=1)], 20, None)
+    assert plan.deletes and not plan.seq_filter
 
 
 def test_a_plan_names_every_file_with_its_checksum():
