@@ -112,6 +112,10 @@ def _widened(node: exp.Expression, spark_type: str) -> exp.Expression:
     return exp.Cast(this=exp.paren(node, copy=False), to=exp.DataType.build(f"DECIMAL(38, {scale})"))
 
 
+def _true(e: Expr) -> bool:
+    return e.form == "lit" and e.value.type == "boolean" and e.value.value is True
+
+
 def expr(e: Expr) -> exp.Expression:
     """A typed expression. Arithmetic and literals are cast to their Spark type, so every
     target computes in Spark's precision and scale (exact: V2Json passes only exact operations)."""
@@ -130,6 +134,13 @@ def expr(e: Expr) -> exp.Expression:
             # decimals in the wider operand's width and overflow where Spark does not.
             left, right = _widened(left, args[0].type), _widened(right, args[1].type)
         return _typed(_BINARY[op](this=exp.paren(left, copy=False), expression=exp.paren(right, copy=False)), e.type)
+    if op == "=" and len(args) == 2:
+        for a, b in (args, args[::-1]):
+            if _true(b) and a.type == "boolean":
+                # `p = TRUE` is p in three-valued logic (NULL stays NULL). Spark's V2 form of a
+                # boolean placeholder used as a predicate (a general LIKE, TPC-H Q13's NOT LIKE);
+                # the bare predicate lets DuckDB push it into the scan and size the table by it.
+                return expr(a)
     if op in _BINARY:
         return _BINARY[op](this=expr(args[0]), expression=expr(args[1]))
     if op == "NEG":

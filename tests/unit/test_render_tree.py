@@ -209,6 +209,38 @@ def test_general_like_keeps_spark_semantics_with_escapes():
         con.close()
 
 
+def test_a_predicate_compared_with_true_is_the_bare_predicate_with_its_nulls():
+    """Spark hands a boolean placeholder (a general LIKE) used as a predicate over as `p = TRUE`
+    (TPC-H Q13: `NOT (o_comment LIKE ... = TRUE)`). Rendered bare, so that DuckDB pushes it into
+    the scan; the rows kept are the same under three-valued logic, NULL included."""
+    from htap.rewrite import render
+    from htap.rewrite.dialects import REPLICA
+    from htap.rewrite.subplan import _expr
+
+    like = {"op": "LIKE", "type": "boolean", "args": [
+        {"col": "s", "type": "string"}, {"lit": {"type": "string", "value": "%special%requests%"}, "type": "string"}]}
+    true = {"lit": {"type": "boolean", "value": True}, "type": "boolean"}
+    words = ["special requests", "plain", None, "a special b requests"]
+    con = engine.cursor()
+    try:
+        con.execute("CREATE OR REPLACE TABLE w (s TEXT)")
+        con.executemany("INSERT INTO w VALUES (?)", [(x,) for x in words])
+        for cond, expected in [
+            ({"op": "=", "type": "boolean", "args": [like, true]}, ["special requests", "a special b requests"]),
+            ({"op": "=", "type": "boolean", "args": [true, like]}, ["special requests", "a special b requests"]),
+            ({"op": "NOT", "type": "boolean", "args": [{"op": "=", "type": "boolean", "args": [like, true]}]}, ["plain"]),
+        ]:
+            q = exp.select("s").from_("w").where(render.expr(_expr(cond)))
+            assert "TRUE" not in q.sql(REPLICA)
+            for dialect in (REPLICA, "duckdb"):
+                assert sorted(r[0] for r in con.sql(q.sql(dialect)).fetchall()) == sorted(expected), cond
+        # a comparison of two boolean columns is no such predicate: kept as it is
+        both = _expr({"op": "=", "type": "boolean", "args": [{"col": "x", "type": "boolean"}, {"col": "y", "type": "boolean"}]})
+        assert exp.select("x").from_("w").where(render.expr(both)).sql(REPLICA).endswith('"x" = "y"')
+    finally:
+        con.close()
+
+
 # --- AVG of decimals: the rendered division against Spark's own steps ------------------------------
 
 
