@@ -139,12 +139,15 @@ final class Bridge {
 
   /**
    * A scan's read planned by the bridge process (htap.pushdown.read_planning), as Spark's
-   * planning worker would answer it; null when the process is busy with another call (another
-   * query's planning, a lease renewal): the caller then plans in Spark's worker, so concurrent
-   * queries never queue behind one another here. The reader's errors come back as their own
+   * planning worker would answer it; null when the process stays busy with another call for
+   * {@value #PLAN_WAIT_S} s (another query's planning with its source round trips): the caller
+   * then plans in Spark's worker, so concurrent queries do not queue behind one another here.
+   * (The calls that end every query, lease releases, take milliseconds: worth waiting for.) The reader's errors come back as their own
    * lines (the markers HtapBatch.translate looks for); the options, a password among them, never
    * appear in an exception.
    */
+  static final double PLAN_WAIT_S = 5;
+
   static PythonDataSourceReadInfo planRead(Map<String, String> options, StructType schema, int maxArrowBatchSize,
                                            boolean binaryAsBytes) {
     List<String> argv = new ArrayList<>(List.of("--config", options.get("config"), "plan-read"));
@@ -155,7 +158,7 @@ final class Bridge {
     }
     argv.addAll(List.of(schema.json(), Integer.toString(maxArrowBatchSize), Boolean.toString(binaryAsBytes)));
     String table = options.get("table");
-    JsonNode answer = DAEMONS.computeIfAbsent(python(), Daemon::new).call(argv, timeoutSeconds(), false,
+    JsonNode answer = DAEMONS.computeIfAbsent(python(), Daemon::new).call(argv, timeoutSeconds(), PLAN_WAIT_S,
         "plan-read of " + table);
     if (answer == null) return null;
     int code = answer.path("code").asInt(-1);
@@ -200,19 +203,19 @@ final class Bridge {
     }
 
     JsonNode call(List<String> argv, double timeoutS) {
-      return call(argv, timeoutS, true, argv.toString());
+      return call(argv, timeoutS, -1, argv.toString());
     }
 
     /**
-     * The answer to {@code argv}; null when {@code wait} is false and the process is busy with
-     * another call. {@code label} names the call in errors (never a password-bearing argv).
+     * The answer to {@code argv}; null when {@code waitS} >= 0 and the process stayed busy with
+     * another call that long. {@code label} names the call in errors (never a password-bearing argv).
      */
-    JsonNode call(List<String> argv, double timeoutS, boolean wait, String label) {
+    JsonNode call(List<String> argv, double timeoutS, double waitS, String label) {
       long timeoutNanos = (long) (timeoutS * 1e9);
       long deadline = System.nanoTime() + timeoutNanos;
       try {
-        if (!wait) {
-          if (!lock.tryLock()) return null;
+        if (waitS >= 0) {
+          if (!lock.tryLock((long) (waitS * 1e9), TimeUnit.NANOSECONDS)) return null;
         } else if (!lock.tryLock(timeoutNanos, TimeUnit.NANOSECONDS)) {
           throw new IllegalStateException("spark-htap catalog call timed out after " + timeoutS + " s waiting for the"
               + " bridge process, busy with another call: " + label + "; is the metadata store reachable and not locked?"

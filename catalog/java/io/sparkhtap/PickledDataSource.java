@@ -31,8 +31,9 @@ import scala.Option;
  * worker ({@code pyspark.sql.worker.plan_data_source_read}) for the reader's read function and
  * partitions, a worker round trip per scan on top of our planning. A batch read asks the
  * driver's bridge process instead ({@code plan-read}, htap.pushdown.read_planning), which runs
- * Spark's own code for that answer on the same reader. When that process is busy (another
- * query's planning), runs another Python than the executors, or with {@value #BRIDGE_PLANNING_CONF}=false (runtime-settable), Spark's
+ * Spark's own code for that answer on the same reader. When that process stays busy (another
+ * query's planning) for Bridge.PLAN_WAIT_S, runs another Python than the executors, or with
+ * {@value #BRIDGE_PLANNING_CONF}=false (runtime-settable), Spark's
  * worker plans it as before.
  */
 public final class PickledDataSource extends PythonDataSourceV2 {
@@ -68,7 +69,7 @@ public final class PickledDataSource extends PythonDataSourceV2 {
     if (planned == null) {
       SQLConf conf = SQLConf.get();
       planned = Bridge.planRead(options, outputSchema, conf.arrowMaxRecordsPerBatch(), conf.pysparkBinaryAsBytes());
-      if (planned == null) {  // the bridge is busy (a concurrent query's planning): Spark's worker plans it
+      if (planned == null) {  // the bridge stayed busy (a concurrent query's planning): Spark's worker plans it
         return super.getOrCreateReadInfo(shortName, options, outputSchema, isStreaming);
       }
       BRIDGE_PLANNED.incrementAndGet();
