@@ -337,7 +337,10 @@ def load(root: Path, paths: list[str], seq: int) -> Vectors | None:
 
 def _read_sidecar(path: Path, seq: int) -> tuple[int, dict[str, np.ndarray]]:
     """How many entries a sidecar holds, and its entries at or below `seq`: target -> rows."""
-    table = pq.read_table(path, columns=["target", "row", "seq"], read_dictionary=["target"]).unify_dictionaries()
+    # One thread: a sidecar is small, and handing its columns to a thread pool costs more than
+    # decoding them (2x on a loaded machine).
+    table = pq.ParquetFile(path, read_dictionary=["target"]).read(columns=["target", "row", "seq"], use_threads=False)
+    table = table.unify_dictionaries()
     total = table.num_rows
     table = table.filter(pc.less_equal(table.column("seq"), seq))
     if table.num_rows == 0:
