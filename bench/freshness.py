@@ -102,6 +102,15 @@ def _show(name: str, d: dict) -> str:
     return f"  {name}: n {d['n']}, p50 {d['p50']:.3f} s, p99 {d['p99']:.3f} s, max {d['max']:.3f} s"
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process used so far (0 when it is not on this machine)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def sample_lag(cur, safe, seconds: float, every_s: float = 0.05) -> list[float]:
     """For `seconds`, note the source's WAL position every `every_s` and, per note, how long
     until the replica's max safe seq passes it (reading the position writes no WAL). Notes still
@@ -220,6 +229,9 @@ def main(argv=None) -> int:
 
         n = args.scale * 100_000
         before = safe()
+        cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'htap_bench'")
+        walsender = cur.fetchone()[0]
+        cpu0 = cpu_seconds(service.pid), cpu_seconds(walsender)
         t0 = time.time()
         scur.execute("UPDATE pgbench_accounts SET abalance = abalance + 1")
         scur.execute("SELECT pg_current_wal_lsn()")
@@ -228,9 +240,12 @@ def main(argv=None) -> int:
         while safe() < target:
             time.sleep(0.05)
         caught = time.time()
+        cpu = cpu_seconds(service.pid) - cpu0[0], cpu_seconds(walsender) - cpu0[1]
         results["ingest"] = {"row_changes": n, "commit_s": committed - t0, "catch_up_s": caught - committed,
-                             "row_changes_per_s": n / max(caught - committed, 1e-9), "from_seq": before}
-        progress(f"bulk update of {n} rows replicated in {caught - committed:.2f} s after commit")
+                             "row_changes_per_s": n / max(caught - committed, 1e-9), "from_seq": before,
+                             "service_cpu_s": cpu[0], "walsender_cpu_s": cpu[1]}
+        progress(f"bulk update of {n} rows replicated in {caught - committed:.2f} s after commit (the UPDATE took "
+                 f"{committed - t0:.2f} s; CPU from its start: service {cpu[0]:.2f} s, walsender {cpu[1]:.2f} s)")
     finally:
         service.terminate()
         service.wait(timeout=60)

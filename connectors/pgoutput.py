@@ -1,4 +1,6 @@
-"""Decoder for Postgres' built-in logical decoding output plugin `pgoutput`, protocol version 1.
+"""Decoder for Postgres' built-in logical decoding output plugin `pgoutput`, protocol versions 1
+and 2 (2 adds the streaming of in-progress transactions: Stream Start / Stop / Commit / Abort,
+and an xid after the tag of every message inside a stream block: `decode_streamed`).
 
 Message formats: PostgreSQL docs, "Logical Replication Message Formats". Values arrive in text
 format; they are kept as text here and decoded per column later (see pgtypes).
@@ -70,6 +72,35 @@ class Delete:
 @dataclass(frozen=True)
 class Truncate:
     relids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StreamStart:
+    """The messages up to the next StreamStop belong to in-progress transaction `xid`."""
+
+    xid: int
+    first_segment: bool
+
+
+@dataclass(frozen=True)
+class StreamStop:
+    pass
+
+
+@dataclass(frozen=True)
+class StreamCommit:
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_time: float
+
+
+@dataclass(frozen=True)
+class StreamAbort:
+    """Subtransaction `subxid` of streamed transaction `xid` rolled back (`subxid == xid`: all of it)."""
+
+    xid: int
+    subxid: int
 
 
 @dataclass(frozen=True)
@@ -149,7 +180,31 @@ def decode(buf: bytes):
         (n,) = struct.unpack_from("!I", buf, 1)
         relids = struct.unpack_from(f"!{n}I", buf, 6)  # after the options byte
         return Truncate(tuple(relids))
+    if tag == b"S":
+        xid, first = struct.unpack_from("!Ib", buf, 1)
+        return StreamStart(xid, first == 1)
+    if tag == b"E":
+        return StreamStop()
+    if tag == b"c":
+        xid, _flags, lsn, end_lsn, ts = struct.unpack_from("!IbQQq", buf, 1)
+        return StreamCommit(xid, lsn, end_lsn, ts / 1e6 + PG_EPOCH_OFFSET_S)
+    if tag == b"A":
+        xid, subxid = struct.unpack_from("!II", buf, 1)  # (v4 adds the abort's LSN and time after)
+        return StreamAbort(xid, subxid)
     return Ignored(tag.decode(errors="replace"))
+
+
+# Messages that carry the (sub)transaction's xid right after their tag inside a stream block.
+STREAMED_TAGS = frozenset(b"IUDRTYM")
+
+
+def decode_streamed(buf: bytes):
+    """A message inside a stream block -> (the xid of its (sub)transaction, `decode` of it
+    without that xid). Stream control messages carry none: (None, the message)."""
+    if buf[0] in STREAMED_TAGS:
+        (xid,) = struct.unpack_from("!I", buf, 1)
+        return xid, decode(buf[:1] + buf[5:])
+    return None, decode(buf)
 
 
 def tuple_columns(payloads: list[bytes], offset: int) -> list[pa.Array] | None:

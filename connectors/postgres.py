@@ -9,6 +9,7 @@ duplicate (the stream skips a table's changes at or below its copy seq).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections import deque
@@ -30,6 +31,7 @@ from sqlglot import exp
 from htap.conf import SourceConfig
 from htap.connectors import pgcopy, pgoutput
 from htap.connectors.pgheartbeat import Heartbeat
+from htap.connectors.pgstreaming import StreamedTxn
 from htap.connectors.changes import (
     Begin,
     ChangeSource,
@@ -199,21 +201,31 @@ _ROW_TAGS = frozenset(b"IUD")
 MIN_BATCH = 32
 MAX_RUN = 8192
 RUN_WAIT_S = 0.2  # at most this long waiting for the next message of a run (see _rows)
+# A big transaction is streamed while it runs once its decoded changes take this much of the
+# walsender's memory (`logical_decoding_work_mem`, 64 MB by default; a smaller setting is kept):
+# what is left after its commit (up to this much) is received, decoded and buffered before its
+# checkpoint can start: 16 MB took ~2 s of a 1M-row UPDATE's catch-up under load, 64 MB ~5-6 s.
+STREAM_AFTER_KB = 16 * 1024
 
 
 class PostgresStream(ChangeStream):
-    """pgoutput over a replication connection, translated into the unified change model."""
+    """pgoutput over a replication connection, translated into the unified change model.
+
+    On Postgres 14 and later it asks for protocol 2 with `streaming 'on'`: a big transaction
+    arrives while it runs, block by block, and is kept (`htap.connectors.pgstreaming`) until its
+    commit, when it is delivered as one ordinary transaction."""
 
     def __init__(self, source: SourceConfig, from_seq: int):
         self.source = source
         self.conn = connect(source.dsn, replication=True)
         self.cur = self.conn.cursor()
+        self.streaming = self.conn.server_version >= 140000
+        options = {"proto_version": "1", "publication_names": source.publication}
         try:
-            self.cur.start_replication(
-                slot_name=source.slot,
-                decode=False,
-                options={"proto_version": "1", "publication_names": source.publication},
-            )
+            if self.streaming:
+                options |= {"proto_version": "2", "streaming": "on"}
+                self._stream_sooner()
+            self.cur.start_replication(slot_name=source.slot, decode=False, options=options)
         except psycopg2.Error as e:
             self.conn.close()
             detail = _first_line(e)
@@ -229,8 +241,23 @@ class PostgresStream(ChangeStream):
         self.heartbeat = Heartbeat(lambda: connect(source.dsn))
         self.ahead: bytes | None = None  # a message read past the end of a run of row changes
         self.queue: deque[Event] = deque()  # the events of a short run, decoded one by one
+        self.streamed: dict[int, StreamedTxn] = {}  # in-progress transactions by xid
+        self.block: StreamedTxn | None = None  # the one whose stream block is being read
+        self.replay: Iterator[Event] | None = None  # a committed streamed transaction's events
+
+    def _stream_sooner(self) -> None:
+        """Have this walsender stream a big transaction after STREAM_AFTER_KB of its changes (if
+        its decoding memory is larger): less of it is left to send after its commit."""
+        self.cur.execute("SELECT setting::bigint FROM pg_settings WHERE name = 'logical_decoding_work_mem'")
+        if self.cur.fetchone()[0] > STREAM_AFTER_KB:
+            self.cur.execute(f"SET logical_decoding_work_mem = '{STREAM_AFTER_KB}kB'")
 
     def poll(self, timeout: float) -> Event | None:
+        if self.replay is not None:
+            event = next(self.replay, None)
+            if event is not None:
+                return event
+            self.replay = None
         if self.queue:
             return self.queue.popleft()
         deadline = time.monotonic() + timeout
@@ -243,14 +270,14 @@ class PostgresStream(ChangeStream):
                     payload = None if msg is None else msg.payload
                 if payload is not None:
                     self.heartbeat.heard()
-                    if payload[0] in _ROW_TAGS:
-                        return self._rows(payload)
-                    event = self._translate(pgoutput.decode(payload))
+                    event = self._message(payload)
                     if event is not None:
                         return event
                     continue
                 if not self.in_txn and self.cur.wal_end and self.cur.wal_end - 1 > self.progress:
-                    # The server has sent everything before its sent position (keepalive or data).
+                    # The server has sent everything before its sent position (keepalive or data;
+                    # a streamed change's position too: the server decodes in WAL order, so it
+                    # sent every commit before it).
                     self.progress = self.cur.wal_end - 1
                     return Progress(self.progress)
                 if not self.in_txn:
@@ -263,46 +290,98 @@ class PostgresStream(ChangeStream):
         except psycopg2.Error as e:
             raise SourceError(stream_failure(self.source.name, self.progress, e)) from e
 
-    def _rows(self, first: bytes) -> Event:
+    def _message(self, payload: bytes) -> Event | None:
+        """The event one message (and the run of row changes after it) makes, if any now: inside
+        a stream block the events go to the block's transaction instead."""
+        block = self.block
+        if payload[0] in _ROW_TAGS:
+            events = self._rows(payload, streamed=block is not None)
+            if block is not None:
+                block.add(struct.unpack_from("!I", payload, 1)[0], events)
+                return None
+            self.queue.extend(events[1:])
+            return events[0]
+        if block is not None:
+            xid, m = pgoutput.decode_streamed(payload)
+            if isinstance(m, pgoutput.StreamStop):
+                self.block = None
+            else:
+                event = self._translate(m)  # Relation, Truncate; Begin and Commit never come here
+                if event is not None:
+                    block.add(xid if xid is not None else block.xid, [event])
+            return None
+        m = pgoutput.decode(payload)
+        if isinstance(m, pgoutput.StreamStart):
+            txn = self.streamed.get(m.xid)
+            if txn is None or m.first_segment:
+                if txn is not None:
+                    txn.close()
+                txn = self.streamed[m.xid] = StreamedTxn(m.xid)
+            self.block = txn
+            return None
+        if isinstance(m, pgoutput.StreamCommit):
+            txn = self.streamed.pop(m.xid, None)
+            if txn is None:
+                raise SourceError(
+                    f"the replication stream of source {self.source.name} committed streamed transaction {m.xid} "
+                    f"that it never started: the stream restarts from the last durable position"
+                )
+            self.progress = max(self.progress, m.commit_lsn)
+            self.replay = itertools.chain(txn.events(), [Commit(m.commit_lsn, m.commit_time)])
+            return Begin(m.commit_lsn, m.commit_time)
+        if isinstance(m, pgoutput.StreamAbort):
+            if m.subxid == m.xid:
+                txn = self.streamed.pop(m.xid, None)
+                if txn is not None:
+                    txn.close()
+            elif m.xid in self.streamed:
+                self.streamed[m.xid].abort_subtransaction(m.subxid)
+            return None
+        return self._translate(m)
+
+    def _rows(self, first: bytes, streamed: bool) -> list[Event]:
         """A row change message and the run of like messages already received after it (same
-        table, same op, no old tuple): one RowBatch when the run is long enough, else one
-        RowChange each (the first returned, the rest queued). The message that ends the run is
-        kept for the next poll."""
-        head = first[:6]
+        table, same op, no old tuple; in a stream block, same subtransaction): one RowBatch when
+        the run is long enough, else one event each. The message that ends the run is kept for
+        the next poll."""
+        at = 5 if streamed else 1  # the relation id (after the xid in a stream block)
+        head = first[: at + 5]
         if head[0] == 0x44:  # 'D': the old key ('K') or old row ('O')
-            heads, op = (b"D" + head[1:5] + b"K", b"D" + head[1:5] + b"O"), "delete"
-        elif head[5] == 0x4E:  # 'I', or 'U' without an old tuple: the key did not change
-            heads, op = (b"I" + head[1:5] + b"N", b"U" + head[1:5] + b"N"), "upsert"
+            heads, op = (b"D" + head[1:-1] + b"K", b"D" + head[1:-1] + b"O"), "delete"
+        elif head[-1] == 0x4E:  # 'I', or 'U' without an old tuple: the key did not change
+            heads, op = (b"I" + head[1:], b"U" + head[1:]), "upsert"
         else:  # an update with the old key or row: one by one (the applier compares keys)
-            return self._translate(pgoutput.decode(first))
+            return [self._decode(first, streamed)]
+        size = len(head)
         run = [first]
         read = self.cur.read_message
         waited_until = None
         while len(run) < MAX_RUN:
             msg = read()
             if msg is None:
-                # The rest of the transaction is on its way (the server sends a transaction after
-                # it committed), and none of it is visible before its Commit arrives: waiting for
-                # it delays nothing, and keeps runs long when the server sends slower than we read.
+                # The rest of the transaction (or of the stream block) is on its way, and none of
+                # it is visible before its commit: waiting for it delays nothing, and keeps runs
+                # long when the server sends slower than we read.
                 now = time.monotonic()
                 waited_until = waited_until or now + RUN_WAIT_S
                 if now >= waited_until or not select.select([self.conn], [], [], waited_until - now)[0]:
                     break
                 continue
             payload = msg.payload
-            if payload[:6] in heads:
+            if payload[:size] in heads:
                 run.append(payload)
             else:
                 self.ahead = payload
                 break
         if len(run) >= MIN_BATCH:
-            columns = pgoutput.tuple_columns(run, 6)
+            columns = pgoutput.tuple_columns(run, size)
             if columns is not None:
-                (relid,) = struct.unpack_from("!I", first, 1)
-                return RowBatch(*self.relations[relid], op, columns)
-        events = [self._translate(pgoutput.decode(payload)) for payload in run]
-        self.queue.extend(events[1:])
-        return events[0]
+                (relid,) = struct.unpack_from("!I", first, at)
+                return [RowBatch(*self.relations[relid], op, columns)]
+        return [self._decode(payload, streamed) for payload in run]
+
+    def _decode(self, payload: bytes, streamed: bool) -> Event | None:
+        return self._translate(pgoutput.decode_streamed(payload)[1] if streamed else pgoutput.decode(payload))
 
     def _translate(self, m) -> Event | None:
         if isinstance(m, pgoutput.Begin):

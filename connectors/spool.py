@@ -9,25 +9,35 @@ SPILL_CHANGES = 50_000  # changes kept in memory before the rest goes to a tempo
 
 
 class TxnSpool:
-    """An append-only, iterate-once list; past `spill_at` items it pickles batches to a temp file."""
+    """An append-only, iterate-once list; past `spill_at` changes it pickles batches to a temp
+    file. An item counts as `weight` changes (a batch of rows as its row count)."""
 
     def __init__(self, spill_at: int = SPILL_CHANGES):
         self.spill_at = spill_at
         self.items: list = []
+        self.weight = 0  # changes in `items`
         self.file = None
-        self.spilled = 0
+        self.spilled = 0  # items in the file
 
     def __len__(self) -> int:
         return self.spilled + len(self.items)
 
-    def append(self, item) -> None:
+    def append(self, item, weight: int = 1) -> None:
         self.items.append(item)
-        if len(self.items) >= self.spill_at:
+        self.weight += weight
+        if self.weight >= self.spill_at:
             if self.file is None:
                 self.file = tempfile.TemporaryFile(prefix="htap-txn-")
             pickle.dump(self.items, self.file, protocol=pickle.HIGHEST_PROTOCOL)
             self.spilled += len(self.items)
-            self.items = []
+            self.items, self.weight = [], 0
+
+    def close(self) -> None:
+        """Forget everything (the transaction was aborted)."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        self.items, self.weight, self.spilled = [], 0, 0
 
     def __iter__(self):
         if self.file is not None:

@@ -21,6 +21,17 @@ class TableError(HtapError):
     """A table cannot be (or is not) an HTAP table: unknown, no primary key, unsupported type."""
 
 
+class MovedKeyValuesUnknown(TableError):
+    """An update changed a row's key and left values unchanged (unchanged TOAST), and the old
+    key's values are not known to the replica: storing NULL would be silent data loss."""
+
+    def __init__(self, table: str, moved: str, why: str):
+        super().__init__(
+            f"{table}: an update moved key {moved} leaving values unchanged (unchanged TOAST), but {why}: those "
+            f"values cannot be known; copy the table again (htap tables resync) or set REPLICA IDENTITY FULL on the "
+            f"source table")
+
+
 class NoSuchTableError(TableError):
     """The table is not an HTAP table of this catalog."""
 

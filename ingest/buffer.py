@@ -15,7 +15,7 @@ from typing import Callable
 import pyarrow as pa
 
 from htap.connectors.changes import UNSET, decode_checked, python_values
-from htap.errors import HtapError, PoisonError, TableError
+from htap.errors import HtapError, MovedKeyValuesUnknown, PoisonError
 from htap.replica.models import BASE_PREFIX, OP, OP_DELETE, OP_UPSERT, ORD, SEQ, UNSET_MASK, TableInfo
 
 MAX_PARTIAL_COLUMNS = 63  # the unset mask is an int64 bitmask
@@ -126,11 +126,8 @@ class TableBuffer:
         prev = self.latest.get(source)
         usable = prev is not None and self.ops[prev] == OP_UPSERT
         if moved and prev is not None and not usable:
-            raise TableError(
-                f"{self.table.qualified_name}: an update moved key {source!r} to {self.key_of(values)!r} leaving values "
-                f"unchanged (unchanged TOAST), but key {source!r} was deleted before it: the values cannot be known; "
-                f"copy the table again (htap tables resync) or set REPLICA IDENTITY FULL on the source table"
-            )
+            raise MovedKeyValuesUnknown(self.table.qualified_name, f"{source!r} to {self.key_of(values)!r}",
+                                        f"key {source!r} was deleted before it")
         # A moved row's unset values are the old key's as before this checkpoint (its newest live
         # version), even when the row later moves back to that key past versions of it (`bases`).
         moved_base = source if moved else None

@@ -24,7 +24,7 @@ from htap import engine
 from htap.observe import phase
 from htap.replica import dv as dvs
 from htap.replica import keyindex
-from htap.errors import NoSuchTableError, TableError
+from htap.errors import MovedKeyValuesUnknown, NoSuchTableError, TableError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import BASE_PREFIX, OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
@@ -339,10 +339,7 @@ def _complete_moved(warehouse: Warehouse, table: TableInfo, data: pa.Table, spli
 
     def fail(what: str, keys: list) -> TableError:
         shown = ", ".join(repr(k) for k in keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-        return TableError(
-            f"{table.qualified_name}: an update moved key {shown} to another key leaving values unchanged (unchanged "
-            f"TOAST), and the old key {what} in the replica: those values cannot be known; copy the table again "
-            f"(htap tables resync) or set REPLICA IDENTITY FULL on the source table")
+        return MovedKeyValuesUnknown(table.qualified_name, f"{shown} to another key", f"the old key {what} in the replica")
 
     if live is None:
         raise fail("cannot be looked up (no live deltas given)", old_keys.to_pylist())

@@ -20,9 +20,14 @@ from htap.connectors.pgoutput import (
     Ignored,
     Insert,
     Relation,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
     Truncate,
     Update,
     decode,
+    decode_streamed,
     tuple_columns,
 )
 
@@ -150,7 +155,7 @@ def test_truncate(relids, options):
     assert decode(truncate(relids, options)) == Truncate(tuple(relids))
 
 
-@pytest.mark.parametrize("tag", [b"O", b"Y", b"M", b"S", b"E"])
+@pytest.mark.parametrize("tag", [b"O", b"Y", b"M"])
 def test_other_messages_are_ignored_by_tag(tag):
     assert decode(tag + b"\x00\x00\x00\x01rest") == Ignored(tag.decode())
 
@@ -249,3 +254,31 @@ def test_tuple_columns_leave_unlike_messages_to_decode(rows, data):
 
 def test_tuple_columns_of_nothing():
     assert tuple_columns([], 6) is None
+
+
+# --- protocol 2: streamed in-progress transactions ------------------------------------------------
+
+
+def in_stream(xid: int, message: bytes) -> bytes:
+    """A row, relation or truncate message as sent inside a stream block: the xid after the tag."""
+    return message[:1] + struct.pack("!I", xid) + message[1:]
+
+
+def test_stream_control_messages():
+    assert decode(b"S" + struct.pack("!Ib", 771, 1)) == StreamStart(771, True)
+    assert decode(b"S" + struct.pack("!Ib", 771, 0)) == StreamStart(771, False)
+    assert decode(b"E") == StreamStop()
+    msg = decode(b"c" + struct.pack("!IbQQq", 771, 0, 0x100, 0x1A8, pg_time(1_700_000_000.5)))
+    assert msg == StreamCommit(771, 0x100, 0x1A8, 1_700_000_000.5)
+    assert decode(b"A" + struct.pack("!II", 771, 772)) == StreamAbort(771, 772)
+
+
+@PROPERTY
+@given(st.integers(0, 2**32 - 1), st.lists(st.none() | texts, min_size=1, max_size=5), st.integers(1, 2**32 - 1))
+def test_messages_in_a_stream_block_carry_their_subtransaction(xid, values, relid):
+    for message in (insert(relid, values), update(relid, values), delete(relid, values, b"O"),
+                    relation(relid, "s", "t", [("c", 25, True)]), truncate([relid])):
+        assert decode_streamed(in_stream(xid, message)) == (xid, decode(message))
+    assert decode_streamed(b"E") == (None, StreamStop())
+    payloads = [in_stream(xid, insert(relid, values))] * 3
+    assert [c.to_pylist() for c in tuple_columns(payloads, 10)] == [[v] * 3 for v in values]

@@ -285,7 +285,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    * Complete when the scan is one task and every function is one the reader computes exactly as
    * Spark's final value. Spark asks first with the query's own AVGs (V2ScanRelationPushDown
    * rewriteAggregate), and a single table's AVG is taken whole when the reader can give Spark's
-   * exact value: over a decimal(p, s) with 11 < p <= 28 ({@link #exactAverage}), rendered as
+   * exact value: over a decimal(p, s) with 11 < p <= 28 ({@link #exactAverageInput}), rendered as
    * Spark's Average evaluates it (htap.rewrite.render {@code divide}). Any other AVG of a single
    * table is refused, and so is the SUM and COUNT Spark then splits it into and offers again: a
    * Project dividing complete sums above the scan is a shape the whole-subtree strategy does not
@@ -297,7 +297,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     if (!oneTask() || averageSplit) return false;
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
       if (f instanceof Avg && !joined.joined()) {
-        if (exactAverage((Avg) f) != null) continue;
+        if (exactAverageInput((Avg) f, SQLConf.get().ansiEnabled()) != null) continue;
         averageSplit = true;
         return false;
       }
@@ -309,7 +309,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   }
 
   /**
-   * Spark's result type of a single table's AVG the reader computes exactly, or null. Only over
+   * The translated input of a single table's AVG the reader computes exactly, or null. Only over
    * a decimal(p, s) with 11 < p <= 28, not DISTINCT, the rule of the whole-subtree renderer
    * (SubtreeJson {@code average}): Spark's Average of it is {@code if (count = 0) null else
    * sum / cast(count as decimal(20,0))}, its sum a decimal(p + 10, s), the division rounded
@@ -318,12 +318,17 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    * with p <= 11 Spark's DecimalAggregates rule (which runs after scan pushdown) would average
    * the unscaled values in DOUBLE itself: both stay Spark's.
    */
-  private DataType exactAverage(Avg f) {
+  private V2Json.Typed exactAverageInput(Avg f, boolean ansi) {
     if (f.isDistinct() || joined.joined()) return null;
-    V2Json.Typed t = translate(f.column(), SQLConf.get().ansiEnabled());
+    V2Json.Typed t = translate(f.column(), ansi);
     if (t == null || !(t.type instanceof DecimalType)) return null;
-    DecimalType d = (DecimalType) t.type;
-    if (d.precision() <= 11 || d.precision() > 28) return null;
+    int p = ((DecimalType) t.type).precision();
+    return p <= 11 || p > 28 ? null : t;
+  }
+
+  /** Spark's AVG result type over an input {@link #exactAverageInput} accepted. */
+  private static DataType exactAverageType(V2Json.Typed input) {
+    DecimalType d = (DecimalType) input.type;
     return DataTypes.createDecimalType(d.precision() + 4, d.scale() + 4);
   }
 
@@ -367,10 +372,11 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       } else if (f instanceof Min || f instanceof Max) {
         type = input(a.put("fn", f instanceof Min ? "min" : "max"), f instanceof Min ? ((Min) f).column() : ((Max) f).column(), ansi);
         if (type == null) return false;
-      } else if (f instanceof Avg && complete && exactAverage((Avg) f) != null) {
+      } else if (f instanceof Avg && complete) {
         // Always typed ("arg"): the reader divides at the input's scale, to Spark's result type.
-        V2Json.Typed t = translate(((Avg) f).column(), ansi);
-        type = exactAverage((Avg) f);
+        V2Json.Typed t = exactAverageInput((Avg) f, ansi);
+        if (t == null) return false;
+        type = exactAverageType(t);
         a.put("fn", "avg").put("type", type.catalogString()).set("arg", t.json);
       } else {
         return false;
