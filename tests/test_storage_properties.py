@@ -5,7 +5,7 @@ also whatever the online splits and merges of partitions (some with a checkpoint
 while they run, whose deltas they carry over) and the garbage collection of what they retired:
 time travel to before a split reads the old layout. And whatever befalls the checkpoints' key
 index (htap.replica.keyindex): dropped, stale, behind, swapped by compactions, retired by
-repartitions. And compactions that restate their deletion vectors before a checkpoint commits to
+repartitions, stored on disk and read back by a restart (however old, or damaged). And compactions that restate their deletion vectors before a checkpoint commits to
 the partition and swap after it (htap.replica.dv.Restatement)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from htap.connectors.changes import UNSET
 from htap import engine
-from htap.replica import dv, keyindex
+from htap.replica import dv, keyindex, keyindex_file
 from htap.replica.compaction import merge
 from htap.replica.deltas import delete_delta_files, partition_dir
 from htap.replica.repartition import Change, repartition
@@ -77,11 +77,25 @@ def check(table: DirectTable, seq: int, history: dict, ops: list[str]) -> None:
 
 
 def upset_index(table: DirectTable, how: str | None) -> None:
-    """Lose this process's key indexes (a restart), leave them covering a delta that never
-    committed (a checkpoint that failed after writing it), or missing one (another process wrote
-    it): the next checkpoint must rebuild or catch them up from the live deltas, never trust them."""
+    """Lose this process's key indexes (a crash: the stored copies, if any, are as old as the
+    last `flush`), store them and lose them (a restart: the next process reads them), damage the
+    stored copies, leave them covering a delta that never committed (a checkpoint that failed
+    after writing it), or missing one (another process wrote it): the next checkpoint must read,
+    rebuild or catch them up from the live deltas, never trust them."""
     if how == "dropped":
         keyindex.forget()
+    elif how == "stored":
+        keyindex.flush()
+    elif how == "restarted":
+        keyindex.flush()
+        keyindex.forget()
+    elif how == "damaged":
+        keyindex.forget()
+        for part in table.store.table_by_id(table.table.id).layout.ids:
+            stored = keyindex_file.path_of(as_warehouse(table.warehouse).lock_dir(partition_dir(table.table, part)))
+            if stored.is_file():
+                raw = stored.read_bytes()
+                stored.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))
     elif how is not None:
         for part in table.store.table_by_id(table.table.id).layout.ids:
             index = keyindex.peek(as_warehouse(table.warehouse).lock_dir(partition_dir(table.table, part)))
@@ -113,6 +127,7 @@ def compact(table: DirectTable, data, gc_floor: int, seq: int, meanwhile=None) -
 @given(st.data())
 def test_reads_at_every_seq_equal_the_model(data):
     root = Path(tempfile.mkdtemp(prefix="htap-prop-"))
+    keyindex.forget()  # (an earlier example's, in folders gone)
     try:
         splits = data.draw(st.sampled_from([None, [10], [5, 15, 25]]), label="splits")
         table = DirectTable(root, SCHEMA, ["k"], splits)
@@ -155,7 +170,8 @@ def test_reads_at_every_seq_equal_the_model(data):
                     state.clear()
             history[seq] = {k: list(v) for k, v in state.items()}
             if data.draw(st.booleans(), label="checkpoint"):
-                upset_index(table, data.draw(st.sampled_from([None, None, "dropped", "stale", "behind"]), label="key index"))
+                upset_index(table, data.draw(st.sampled_from([None, None, "dropped", "stale", "behind", "stored", "restarted", "damaged"]),
+                                             label="key index"))
                 # A split or merge first, maybe with this checkpoint committed while it runs.
                 action = data.draw(st.sampled_from([None, "split", "split", "merge"]), label="repartition")
                 ids = table.store.table_by_id(table.table.id).layout.ids
