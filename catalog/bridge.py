@@ -10,7 +10,8 @@ Spark's exceptions: EXIT_NO_SUCH_TABLE (NoSuchTableException), EXIT_ERROR (a use
 property, unknown option; IllegalArgumentException), anything else a bug (a traceback). Kept
 tiny: the shim uses it for SHOW TABLES, a table's schema and statistics (loadTable, once per
 table and query: a Python planning worker round trip before) and ALTER TABLE ... SET
-TBLPROPERTIES, and, from the
+TBLPROPERTIES, to plan a scan's read (`plan-read`, instead of a round trip to Spark's planning
+worker: htap.pushdown.read_planning), and, from the
 driver's HtapQueryListener, for what executors must not do themselves because they never write
 the metadata store: renewing and releasing a running query's leases, and marking a table whose
 delta a task found damaged (after checking the file here). Never on a task's read path.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import sys
@@ -86,7 +88,10 @@ def serve(requests: io.TextIOBase, answers: io.TextIOBase) -> int:
     return 0
 
 
-def call(argv: list[str]) -> int:
+@functools.cache
+def _parser() -> _Parser:
+    """Built once per process: building it (argparse's help formatters and gettext lookups, a
+    stat of every locale directory per message) cost more than a whole table-schema call."""
     p = _Parser(prog="python -m htap.catalog.bridge")
     p.add_argument("--config", required=True)
     p.add_argument("--source")
@@ -101,10 +106,21 @@ def call(argv: list[str]) -> int:
         sub.add_parser(command).add_argument("owners", nargs="*", help="lease owners of Spark scans (HtapScan)")
     ts = sub.add_parser("table-schema", help="the Spark DDL of a table, statistics on its first column (loadTable)")
     ts.add_argument("table", help="<schema>.<table>")
+    pr = sub.add_parser("plan-read", help="plan a scan's read as Spark's planning worker would (PickledDataSource)")
+    pr.add_argument("options", help="the scan's data source options, a JSON object")
+    pr.add_argument("schema", help="the read schema, Spark's StructType JSON")
+    pr.add_argument("max_arrow_batch_size", type=int)
+    pr.add_argument("binary_as_bytes", choices=("true", "false"))
     rd = sub.add_parser("report-damage")
     rd.add_argument("table_id", type=int)
     rd.add_argument("delta", help="the delta file (relative to the warehouse) a task found damaged")
-    args = p.parse_args(argv)
+    return p
+
+
+def call(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "plan-read":
+        return plan_read(args)
     try:
         cfg = cached_config(args.config)
         with MetadataStore(cfg.metadata) as store:
@@ -135,6 +151,29 @@ def call(argv: list[str]) -> int:
     except HtapError as e:
         print(str(e), file=sys.stderr)
         return EXIT_ERROR
+
+
+def plan_read(args: argparse.Namespace) -> int:
+    """A scan's read info for Spark (htap.pushdown.read_planning), base64 in JSON. The reader's
+    marked errors (denied access, routing, a table gone) go back as their own lines, which the
+    shim turns into Spark's exceptions (HtapBatch.translate); the options (a password among them)
+    never appear in an answer."""
+    import base64
+
+    from htap.pushdown.datasource import PlanningError
+    from htap.pushdown.read_planning import plan_read as plan
+
+    try:
+        planned = plan(json.loads(args.options), args.schema, args.max_arrow_batch_size, args.binary_as_bytes == "true")
+    except NoSuchTableError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_NO_SUCH_TABLE
+    except (PlanningError, PermissionError, HtapError) as e:
+        print(" ".join(str(e).split()), file=sys.stderr)
+        return EXIT_ERROR
+    b64 = base64.b64encode
+    print(json.dumps({"func": b64(planned.func).decode(), "partitions": [b64(x).decode() for x in planned.partitions]}))
+    return 0
 
 
 def report_damage(cfg: HtapConfig, store: MetadataStore, source: str | None, table_id: int, delta: str) -> dict:

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 
 # Checkpoints run every flush interval (0.5 s by default): most take milliseconds.
 _SHORT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -47,6 +47,13 @@ PARTITION_LOCK_HELD_SECONDS = Histogram(
     "htap_partition_lock_held_seconds",
     "How long compaction held a partition's writer lock (checkpoints of the partition wait meanwhile)",
     ["source", "table"], buckets=_SHORT,
+)
+KEY_INDEX_OPENS = Counter(
+    "htap_key_index_opens",
+    "A partition's key index at its first use in this process (htap.replica.keyindex): loaded from its stored"
+    " file (outcome loaded), or built from the deltas because none was stored (missing), the stored one was"
+    " damaged (damaged) or covered deltas no longer live (stale)",
+    ["outcome"],
 )
 
 

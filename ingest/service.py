@@ -427,7 +427,14 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0, state: S
     threads = [threading.Thread(target=run_source, args=(s,), name=f"ingest-{s.name}") for s in cfg.sources.values()]
     threads.append(threading.Thread(target=compaction_loop, args=(cfg, stop), name="compaction"))
     threads.append(threading.Thread(target=watch_sources, args=(cfg, state, stop), name="source-watch"))
+    indexes = keyindex.persist_in_background(stop)
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    indexes.join()
+    # Every partition's key index as the last checkpoints and compactions left it, so that the
+    # next start reads them instead of building them from the deltas (htap.replica.keyindex_file).
+    stored = keyindex.flush()
+    if stored:
+        log.info("stored the key indexes of %d partitions", stored)

@@ -283,7 +283,7 @@ def write_partitioned(
         def current() -> keyindex.KeyIndex:
             """The partition's index, made to cover exactly its live deltas (htap.replica.keyindex)."""
             need = keys.missing(list(older))
-            if need:
+            if need or keys.opened is not None:  # (the first use also tells how it was opened)
                 with phase("index_sync"), warehouse.local({p: older[p] for p in need}) as root:
                     keys.sync(root, list(older))
             return keys

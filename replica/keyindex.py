@@ -8,16 +8,25 @@ live delta (a 1M-row base file included) took most of each checkpoint (every ~0.
 with the index a checkpoint costs a lookup per key it writes.
 
 What it holds: per key, the (delta, row, seq) of its newest version among the deltas it `covers`
-(relative paths). It lives in the memory of the writing process, is built from the deltas
-themselves at first use (so a restart or a crash costs a rebuild, nothing else), and is never
-trusted beyond what it covers: every use first compares `covers` with the partition's live
-deltas as the metadata lists them now (`sync`). Deltas only added since (checkpoints of
-another process, a checkpoint whose delta carried no deletion vectors): it reads just those;
-any delta gone that it was not told about (a compaction or repartition of another process, a
-checkpoint that wrote a delta and then failed before its commit): it is dropped and rebuilt from
-the live deltas. Delta paths are never reused and deltas are immutable, so equal path sets mean
-equal contents: the index cannot be stale. A compaction in this process updates it in place
-(`replace`), under the partition's writer lock, when it was current.
+(relative paths). It lives in the memory of the writing process and, as a cache, on local disk
+(htap.replica.keyindex_file): at first use a process reads the stored one, checked through and
+through, else builds it from the deltas themselves. It is never trusted beyond what it covers:
+every use first compares `covers` with the partition's live deltas as the metadata lists them
+now (`sync`). Deltas only added since (checkpoints of another process or after the stored copy
+was written, a checkpoint whose delta carried no deletion vectors): it reads just those; any
+delta gone that it was not told about (a compaction or repartition of another process or since
+the stored copy was written, a checkpoint that wrote a delta and then failed before its
+commit): it is dropped and rebuilt from the live deltas. Delta paths are never reused and
+deltas are immutable, so equal path sets mean equal contents: the index cannot be stale. A
+compaction in this process updates it in place (`replace`), under the partition's writer lock,
+when it was current.
+
+Stored copies are written off the hot path: the service's `persist_in_background` thread writes
+an index changed since its last write (at once if it was rebuilt at its first use, as none
+stored was usable; else at most every PERSIST_EVERY_S), and `flush` at a clean stop writes
+every changed one, so a restart reads them all. Nothing waits for these
+writes and nothing is confirmed on their strength: the durable truth stays the deltas and the
+metadata, and a crash costs at worst the rebuild it always did.
 
 Lookups are vectorized: keys hash to uint64 (DuckDB's `hash` over every key column, so composite
 and string keys work) kept sorted; numpy's searchsorted finds the candidates and the keys
@@ -29,24 +38,44 @@ re-insert like any version); they leave when a base compaction folds the delete 
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from htap import engine
+from htap.observe import KEY_INDEX_OPENS, phase
+from htap.replica import keyindex_file
 from htap.replica.models import SEQ
+
+log = logging.getLogger(__name__)
 
 KEEP = 8_000_000  # entries (keys) one process keeps, ~40 bytes each plus the keys; the least
 # recently used partitions' indexes beyond go (their next use rebuilds them)
 _MAX_CHUNKS = 64  # key chunks (one per write) before they are combined
+# An index that keeps changing is stored at most this often (htap.replica.keyindex_file): a 1M-key
+# one is ~44 MB and ~0.5 s of the service's CPU to store, and under steady writes compactions make
+# a stored copy stale within seconds anyway; a clean stop stores every changed one.
+PERSIST_EVERY_S = 300.0
 
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _numpy_hashed(schema: pa.Schema) -> bool:
+    return len(schema) == 1 and pa.types.is_integer(schema.field(0).type)
+
+
+def hash_scheme(schema: pa.Schema) -> str:
+    """How `hashes` hashes keys of `schema`: a stored index hashed otherwise is never used."""
+    return "splitmix64" if _numpy_hashed(schema) else f"duckdb {duckdb.__version__}"
 
 
 def hashes(keys: pa.Table) -> np.ndarray:
@@ -56,7 +85,7 @@ def hashes(keys: pa.Table) -> np.ndarray:
     An index only ever compares hashes made by this one function in this process."""
     if keys.num_rows == 0:
         return np.empty(0, np.uint64)
-    if keys.num_columns == 1 and pa.types.is_integer(keys.schema.field(0).type) and keys.column(0).null_count == 0:
+    if _numpy_hashed(keys.schema) and keys.column(0).null_count == 0:
         x = keys.column(0).to_numpy().astype(np.int64).view(np.uint64)  # (copies: to_numpy may be read-only)
         x = x ^ (x >> np.uint64(30))
         x *= np.uint64(0xBF58476D1CE4E5B9)
@@ -124,6 +153,11 @@ class KeyIndex:
     def __init__(self, schema: pa.Schema):
         self.schema = schema  # the key columns
         self.lock = threading.Lock()
+        self.folder: Path | None = None  # the partition's lock folder, where it is stored (set by `of`, `install`)
+        self.opened: str | None = None  # how `of` found it (loaded, damaged, missing): told at the first `sync`
+        self.dirty = False  # changed since it was stored
+        self.written: float | None = None  # time.monotonic() when it was last stored or read
+        self.retired = False  # `forget` dropped it: never stored again
         self._reset()
 
     def _reset(self) -> None:
@@ -167,13 +201,37 @@ class KeyIndex:
         """Make the index cover exactly `live` (relative paths under `root`; only those
         `missing` names are read)."""
         now = frozenset(live)
+        opened, self.opened = self.opened, None
         if self.built and self.covers == now:
+            self._tell(opened, 0, False, 0.0)
             return
-        if not (self.built and self.covers <= now):
+        started = time.perf_counter()
+        stale = self.built and not self.covers <= now
+        if stale:
             self._reset()
-        for rel in self.missing(live):
+        need = self.missing(live)
+        for rel in need:
             self._add_file(root, rel)
         self.covers, self.built = now, True
+        self._touch()
+        self._tell(opened, len(need), stale, time.perf_counter() - started)
+
+    def _tell(self, opened: str | None, read: int, stale: bool, seconds: float) -> None:
+        """Say how a process's first use of the partition's index went (after `of`)."""
+        if opened is None or (opened == "missing" and not read):
+            return
+        if opened == "loaded" and not stale:
+            KEY_INDEX_OPENS.labels("loaded").inc()
+            log.info("key index of %s: the stored one used (%d keys; %d deltas added since it was written, read in"
+                     " %.3f s)", self.folder, len(self), read, seconds)
+            return
+        outcome = "stale" if opened == "loaded" else opened
+        KEY_INDEX_OPENS.labels(outcome).inc()
+        why = {"stale": "the stored one covers deltas no longer live (a compaction or an uncommitted checkpoint since"
+                        " it was written)",
+               "damaged": "the stored one is damaged", "missing": "none stored"}[outcome]
+        log.log(logging.INFO if outcome == "missing" else logging.WARNING,
+                "key index of %s: rebuilt from %d deltas in %.3f s (%s)", self.folder, read, seconds, why)
 
     def _add_file(self, root: Path, rel: str) -> None:
         con = engine.cursor()
@@ -209,6 +267,7 @@ class KeyIndex:
                 self.target[at[mine]] = self._code(added)
                 self.row[at[mine]] = first[mine]
                 self.covers = (self.covers - set(removed)) | {added}
+                self._touch()
                 return
         if not keep.all():
             new_id = np.cumsum(keep) - 1
@@ -218,6 +277,7 @@ class KeyIndex:
             self.target, self.row, self.seq = self.target[keep], self.row[keep], self.seq[keep]
         self._put(keys, self._code(added), first, seqs, h)
         self.covers = (self.covers - set(removed)) | {added}
+        self._touch()
 
     # --- lookups -------------------------------------------------------------------------------
 
@@ -266,7 +326,50 @@ class KeyIndex:
         })
         self._put(keys, self._code(rel), first, seqs[first], h, at)
         self.covers = self.covers | {rel}
+        self._touch()
         return found, hit
+
+    # --- on local disk -------------------------------------------------------------------------
+
+    @classmethod
+    def stored(cls, schema: pa.Schema, folder: Path) -> "KeyIndex":
+        """The partition's index as stored in `folder` if it is intact (htap.replica.keyindex_file),
+        else an empty one (built from the deltas at its first `sync`); `opened` says which."""
+        index = cls(schema)
+        index.folder = folder
+        found = keyindex_file.read(folder, schema, hash_scheme(schema), hashes)
+        if found is None:
+            index.opened = "missing"
+        elif isinstance(found, str):
+            index.opened = "damaged"
+            log.warning("key index of %s: the stored file %s is damaged (%s): rebuilding it from the deltas", folder,
+                        keyindex_file.path_of(folder), found)
+        else:
+            index.keys, index.target, index.row, index.seq = found.keys, found.target, found.row, found.seq
+            index.h, index.order, index.paths = found.h, found.order, list(found.paths)
+            index._codes = {p: i for i, p in enumerate(index.paths)}
+            index.covers, index.built = found.covers, True
+            index.opened, index.written = "loaded", time.monotonic()
+        return index
+
+    def snapshot(self) -> keyindex_file.Stored | None:
+        """Its state to be stored (None if there is nothing to store), no longer `dirty`. Only
+        the arrays changed in place are copied (the others are replaced, never written to)."""
+        with self.lock:
+            self.dirty = False
+            if not self.built or self.retired or self.folder is None:
+                return None
+            self.written = time.monotonic()
+            return keyindex_file.Stored(self.keys, self.target.copy(), self.row.copy(), self.seq.copy(), self.h,
+                                        self.order, tuple(self.paths), self.covers, str(self.folder),
+                                        hash_scheme(self.schema))
+
+    def _touch(self) -> None:
+        """Changed: to be stored again (`flush`)."""
+        self.dirty = True
+        if self.folder is not None and not self.retired:
+            with _registry:
+                _dirty[str(self.folder)] = self
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -311,17 +414,29 @@ class KeyIndex:
 
 
 _indexes: "OrderedDict[str, KeyIndex]" = OrderedDict()
+_dirty: dict[str, KeyIndex] = {}  # changed since stored, by folder (evicted ones too, until stored)
 _registry = threading.Lock()
+_writing = threading.Lock()  # one `flush` at a time
 
 
 def of(folder: Path, schema: pa.Schema) -> KeyIndex:
     """The index of the partition whose lock folder is `folder` (htap.replica.deltas.partition_lock)
-    for key columns `schema`, made empty (built at first sync) if this process has none."""
+    for key columns `schema`; if this process has none, the stored one (`KeyIndex.stored`:
+    empty, built at first sync, if none is stored intact)."""
     name = str(folder)
     with _registry:
         index = _indexes.get(name)
-        if index is None or index.schema != schema:
-            index = _indexes[name] = KeyIndex(schema)
+        if index is not None and index.schema == schema:
+            _indexes.move_to_end(name)
+            return index
+    with phase("index_load"):
+        index = KeyIndex.stored(schema, folder)
+    with _registry:
+        there = _indexes.get(name)
+        if there is not None and there.schema == schema:
+            index = there  # (another thread was first)
+        else:
+            _indexes[name] = index
         _indexes.move_to_end(name)
         _evict()
         return index
@@ -336,11 +451,18 @@ def _evict() -> None:
 
 def install(folder: Path, index: KeyIndex) -> None:
     """Make `index` the partition's (under its writer lock, or before anything else writes the
-    partition: no checkpoint is using the old one)."""
+    partition: no checkpoint is using the old one); it is stored at the next `flush`."""
+    index.folder = folder
+    folder.mkdir(parents=True, exist_ok=True)  # (an object store's lock folder: made by the first lock)
     with _registry:
+        old = _indexes.get(str(folder))
         _indexes[str(folder)] = index
         _indexes.move_to_end(str(folder))
         _evict()
+    # As often as the one it replaces; a copy's first at PERSIST_EVERY_S (writing a 1M-key index
+    # at once slowed the first checkpoints of the stream; a clean stop stores it anyway).
+    index.written = old.written if old is not None and old.written is not None else time.monotonic()
+    index._touch()
 
 
 def peek(folder: Path) -> KeyIndex | None:
@@ -350,9 +472,65 @@ def peek(folder: Path) -> KeyIndex | None:
 
 
 def forget(folder: Path | None = None) -> None:
-    """Drop one partition's index (a repartition retired it), or every index."""
+    """Drop one partition's index (a repartition retired it; a compaction could not keep it
+    current) and its stored copy; or every index this process holds, stored or not (tests: a
+    crash), leaving the stored copies."""
     with _registry:
         if folder is None:
             _indexes.clear()
-        else:
-            _indexes.pop(str(folder), None)
+            _dirty.clear()
+            return
+        gone = [i for i in (_indexes.pop(str(folder), None), _dirty.pop(str(folder), None)) if i is not None]
+    for index in gone:
+        index.retired = True
+    keyindex_file.remove(folder)
+
+
+def flush(min_age_s: float = 0.0) -> int:
+    """Store the indexes changed since they were stored or read (htap.replica.keyindex_file):
+    those never stored, and those last stored at least `min_age_s` ago. Returns how many were
+    written. A failed write is logged and retried at the next flush; nothing depends on it."""
+    with _writing:
+        now = time.monotonic()
+        with _registry:
+            due = [(name, i) for name, i in _dirty.items() if i.written is None or now - i.written >= min_age_s]
+        done = 0
+        for name, index in due:
+            stored = index.snapshot()
+            with _registry:
+                if _dirty.get(name) is index and not index.dirty:
+                    del _dirty[name]
+            if stored is None:
+                continue
+            started = time.perf_counter()
+            try:
+                size = keyindex_file.write(Path(stored.folder), stored)
+            except FileNotFoundError:
+                continue  # the partition's folder is gone (its table was removed): so is the index
+            except OSError as e:
+                log.warning("key index of %s not stored (%s): it is rebuilt from the deltas if it is needed before"
+                            " the next try", stored.folder, e)
+                index._touch()  # (retried once `min_age_s` has passed again)
+                continue
+            if index.retired:  # `forget` ran meanwhile: its stored copy goes too
+                keyindex_file.remove(Path(stored.folder))
+                continue
+            done += 1
+            log.debug("key index of %s stored: %d keys, %d bytes in %.3f s", stored.folder, stored.keys.num_rows,
+                      size, time.perf_counter() - started)
+        return done
+
+
+def persist_in_background(stop: threading.Event, every_s: float = PERSIST_EVERY_S) -> threading.Thread:
+    """The service's writer of stored indexes (`flush` every second for those due), until `stop`;
+    the caller flushes once more when everything else has stopped."""
+    def run() -> None:
+        while not stop.wait(1.0):
+            try:
+                flush(every_s)
+            except Exception:  # a bug: say so, keep the service (nothing depends on these writes)
+                log.exception("storing key indexes failed")
+
+    thread = threading.Thread(target=run, name="key-index-writer", daemon=True)
+    thread.start()
+    return thread

@@ -55,3 +55,47 @@ def test_a_catalog_scan_reads_through_the_shims_data_source(spark, catalog, work
         rows = spark.sql(f"SELECT id, v FROM {catalog}.{t} WHERE id IN (3, 7) ORDER BY id").collect()
         assert [tuple(r) for r in rows] == [(3, "v3"), (7, "v7")]
         assert spark.sql(f"SELECT count(*) FROM {catalog}.{t}").collect()[0][0] == 50
+
+
+def test_reads_planned_in_the_bridge_answer_as_sparks_planning_worker(spark, catalog, workspace):
+    """Scans' reads are planned in the driver's bridge process (PickledDataSource, `plan-read`)
+    instead of a round trip to Spark's `plan_data_source_read` worker, unless
+    spark.htap.bridgePlanning=false: every query answers the same both ways, on the replica and
+    on failover, and only the bridge way counts reads planned by the bridge."""
+    ws = workspace
+    t, u = f"{ws.schema}.ovb_t", f"{ws.schema}.ovb_u"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n int)")
+    ws.sql(f"INSERT INTO {t} SELECT g, 'v' || g, g % 5 FROM generate_series(1, 200) g")
+    ws.sql(f"CREATE TABLE {u} (id int PRIMARY KEY, t_id int NOT NULL, w numeric(10, 2))")
+    ws.sql(f"INSERT INTO {u} SELECT g, (g % 200) + 1, g / 4.0 FROM generate_series(1, 300) g")
+    for table in (t, u):
+        ws.htap("tables", "add", table)
+    ws.start_service()
+    ws.wait_readable("ovb_t")
+    ws.wait_readable("ovb_u")
+    ct, cu = f"{catalog}.{t}", f"{catalog}.{u}"
+    queries = [
+        f"SELECT count(*) FROM {ct}",
+        f"SELECT id, v FROM {ct} WHERE id IN (3, 7, 199)",
+        f"SELECT n, count(*), max(v) FROM {ct} GROUP BY n",
+        f"SELECT t.n, sum(u.w) FROM {ct} t JOIN {cu} u ON t.id = u.t_id WHERE t.id < 150 GROUP BY t.n",
+        f"SELECT 1 FROM {ct} LIMIT 1",
+        f"SELECT id FROM {ct} WHERE id NOT IN (SELECT t_id FROM {cu} WHERE id < 100)",
+    ]
+    planned = spark._jvm.io.sparkhtap.PickledDataSource.bridgePlannedReads
+    try:
+        for route in ("replica", "source"):
+            if route == "source":
+                for table in (t, u):
+                    ws.htap("failover", table, "on")
+            for q in queries:
+                answers = {}
+                for bridge in ("true", "false"):
+                    spark.conf.set("spark.htap.bridgePlanning", bridge)
+                    before = planned()
+                    answers[bridge] = sorted(tuple(r) for r in spark.sql(q).collect())
+                    assert (planned() > before) == (bridge == "true"), (route, q, bridge)
+                assert answers["true"] == answers["false"], (route, q)
+                assert answers["true"], (route, q)
+    finally:
+        spark.conf.unset("spark.htap.bridgePlanning")

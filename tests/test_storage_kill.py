@@ -6,6 +6,11 @@ and the completion of partial updates run all the time) and is killed with SIGKI
 arbitrary point, three times over, each time resuming from the durable seq. After each kill
 every seq up to the durable one reads exactly the model, through deletion vectors (a sidecar
 left half-written by the kill belongs to an uncommitted delta and is never read).
+
+The child also stores its key indexes after every checkpoint and compacts now and then
+(htap.replica.keyindex_file), so kills land in those writes too: the next process reads the
+stored index if it is intact and covers only live deltas (catching up with those added since),
+else rebuilds it, and either way it answers what one built from the live deltas answers.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from htap.connectors.changes import UNSET
+from htap.replica import keyindex, keyindex_file
+from htap.replica.compaction import merge
+from htap.replica.deltas import partition_dir
+from htap.replica.warehouse import as_warehouse
 
 from storage_support import DirectTable
 from test_storage_properties import dv_rows, model_rows, table_rows
@@ -66,7 +75,13 @@ def write(root: Path, table_id: int) -> None:
             elif op == "delete":
                 table.delete([row[0], None, None], seq)
                 live.discard(row[0])
+        if seq % 5 == 0:  # a tier merge of one partition: the stored index no longer covers live deltas
+            part = seq // 5 % 2
+            mine = table.store.deltas(table.table.id, part)
+            if len(mine) > 2:
+                merge(table.warehouse, table.store, table.table, part, mine[-3:], None)
         table.checkpoint(seq)
+        keyindex.flush()  # every index, after every checkpoint
         print(seq, flush=True)
 
 
@@ -85,9 +100,37 @@ def test_kill_during_checkpoints_loses_and_duplicates_nothing(tmp_path):
         child.send_signal(signal.SIGKILL)  # wherever it is: most of its time is in write_partitioned
         child.wait()
         reader = DirectTable.reopen(tmp_path, table_id)
+        opened = stored_indexes_are_read_or_rebuilt_exactly(reader)
+        assert set(opened) <= {"loaded", "stale"}, opened  # a kill never leaves a damaged file behind
         durable = reader.seq
         history = model(durable)
         for seq in range(0, durable + 1):
             assert table_rows(reader.read(seq)) == history[seq], f"at seq {seq} (durable {durable})"
             assert dv_rows(reader, seq) == history[seq], f"deletion vectors at seq {seq} (durable {durable})"
         reader.store.close()
+
+
+def stored_indexes_are_read_or_rebuilt_exactly(table: DirectTable) -> list[str]:
+    """Open each partition's index as a new process would, and check it answers what one built
+    from the live deltas does; store it again (the next child reads it). Returns how each was
+    opened."""
+    keyindex.forget()
+    key_schema = pa.schema([table.table.arrow_schema.field("k")])
+    probe = pa.table({"k": pa.array(range(13), pa.int64())})
+    outcomes, folders = [], []
+    for part in table.table.layout.ids:
+        folders.append(folder := as_warehouse(table.warehouse).lock_dir(partition_dir(table.table, part)))
+        index = keyindex.of(folder, key_schema)
+        outcomes.append(index.opened)
+        live = table.live(part)
+        index.sync(table.warehouse, live)
+        fresh = keyindex.KeyIndex(key_schema)
+        fresh.sync(table.warehouse, live)
+        got, want = index.where(probe), fresh.where(probe)
+        assert got[0].to_pylist() == want[0].to_pylist() and got[1].tolist() == want[1].tolist(), f"partition {part}"
+        assert got[2].tolist() == want[2].tolist()
+    keyindex.flush()
+    for folder in folders:
+        assert not list(folder.glob(f"{keyindex_file.FILE}.*.tmp")), "a killed writer's temporary file was left"
+    keyindex.forget()
+    return outcomes

@@ -8,6 +8,7 @@ import java.io.Writer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Base64;
 import java.util.Deque;
 import java.util.List;
 import java.util.Map;
@@ -23,6 +24,10 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.spark.SparkConf;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceReadInfo;
+import org.apache.spark.sql.types.StructType;
+
+import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * Catalog calls answered by Python ({@code htap.catalog.bridge}): listing tables, failover
@@ -58,6 +63,23 @@ final class Bridge {
       if (v != null && !v.isEmpty()) return v;
     }
     return "python3";
+  }
+
+  /**
+   * Whether the bridge runs the Python that executors run (spark.pyspark.python /
+   * PYSPARK_PYTHON, when set): a read function pickled by value in one Python version need not
+   * unpickle in another, so reads are planned in the bridge only then.
+   */
+  static boolean runsExecutorsPython() {
+    String executors = null;
+    try {
+      SparkConf conf = SparkSession.active().sparkContext().getConf();
+      if (conf.contains("spark.pyspark.python")) executors = conf.get("spark.pyspark.python");
+    } catch (IllegalStateException e) {
+      // no active session: the environment decides
+    }
+    if (executors == null) executors = System.getenv("PYSPARK_PYTHON");
+    return executors == null || executors.isEmpty() || executors.equals(python());
   }
 
   /** Exit codes of htap.catalog.bridge (keep in sync with catalog/bridge.py). */
@@ -115,6 +137,47 @@ final class Bridge {
     }
   }
 
+  /**
+   * A scan's read planned by the bridge process (htap.pushdown.read_planning), as Spark's
+   * planning worker would answer it; null when the process stays busy with another call for
+   * {@value #PLAN_WAIT_S} s (another query's planning with its source round trips): the caller
+   * then plans in Spark's worker, so concurrent queries do not queue behind one another here.
+   * (The calls that end every query, lease releases, take milliseconds: worth waiting for.) The reader's errors come back as their own
+   * lines (the markers HtapBatch.translate looks for); the options, a password among them, never
+   * appear in an exception.
+   */
+  static final double PLAN_WAIT_S = 5;
+
+  static PythonDataSourceReadInfo planRead(Map<String, String> options, StructType schema, int maxArrowBatchSize,
+                                           boolean binaryAsBytes) {
+    List<String> argv = new ArrayList<>(List.of("--config", options.get("config"), "plan-read"));
+    try {
+      argv.add(PushedJson.MAPPER.writeValueAsString(new java.util.TreeMap<>(options)));
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot write a scan's options as JSON: " + e, e);
+    }
+    argv.addAll(List.of(schema.json(), Integer.toString(maxArrowBatchSize), Boolean.toString(binaryAsBytes)));
+    String table = options.get("table");
+    JsonNode answer = DAEMONS.computeIfAbsent(python(), Daemon::new).call(argv, timeoutSeconds(), PLAN_WAIT_S,
+        "plan-read of " + table);
+    if (answer == null) return null;
+    int code = answer.path("code").asInt(-1);
+    if (code != 0) {
+      String message = answer.path("err").asText("").strip();
+      throw new IllegalStateException("spark-htap could not plan the read of " + table + " (exit " + code + "): " + message);
+    }
+    try {
+      JsonNode planned = PushedJson.MAPPER.readTree(answer.path("out").asText(""));
+      Base64.Decoder b64 = Base64.getDecoder();
+      List<byte[]> partitions = new ArrayList<>();
+      for (JsonNode p : planned.path("partitions")) partitions.add(b64.decode(p.asText()));
+      return new PythonDataSourceReadInfo(b64.decode(planned.path("func").asText()),
+          CollectionConverters.asScala(partitions).toSeq());
+    } catch (IOException | IllegalArgumentException e) {
+      throw new IllegalStateException("the spark-htap bridge answered no read plan for " + table + ": " + e, e);
+    }
+  }
+
   /** The pid of the bridge process serving this JVM (-1 when none runs): for tests and operators. */
   static long pid() {
     Daemon d = DAEMONS.get(python());
@@ -140,12 +203,22 @@ final class Bridge {
     }
 
     JsonNode call(List<String> argv, double timeoutS) {
+      return call(argv, timeoutS, -1, argv.toString());
+    }
+
+    /**
+     * The answer to {@code argv}; null when {@code waitS} >= 0 and the process stayed busy with
+     * another call that long. {@code label} names the call in errors (never a password-bearing argv).
+     */
+    JsonNode call(List<String> argv, double timeoutS, double waitS, String label) {
       long timeoutNanos = (long) (timeoutS * 1e9);
       long deadline = System.nanoTime() + timeoutNanos;
       try {
-        if (!lock.tryLock(timeoutNanos, TimeUnit.NANOSECONDS)) {
+        if (waitS >= 0) {
+          if (!lock.tryLock((long) (waitS * 1e9), TimeUnit.NANOSECONDS)) return null;
+        } else if (!lock.tryLock(timeoutNanos, TimeUnit.NANOSECONDS)) {
           throw new IllegalStateException("spark-htap catalog call timed out after " + timeoutS + " s waiting for the"
-              + " bridge process, busy with another call: " + argv + "; is the metadata store reachable and not locked?"
+              + " bridge process, busy with another call: " + label + "; is the metadata store reachable and not locked?"
               + " (" + TIMEOUT_CONF + ")");
         }
       } catch (InterruptedException e) {
@@ -170,7 +243,7 @@ final class Bridge {
           if (answer == null) {
             long pid = pid();
             stop();
-            throw new IllegalStateException("spark-htap catalog call timed out after " + timeoutS + " s: " + argv
+            throw new IllegalStateException("spark-htap catalog call timed out after " + timeoutS + " s: " + label
                 + "; its bridge process (pid " + pid + ") was killed and starts again on the next call;"
                 + " is the metadata store reachable and not locked? (" + TIMEOUT_CONF + ")");
           }
@@ -179,7 +252,7 @@ final class Bridge {
             stop();
             if (attempt == 0) continue;
             throw new IllegalStateException("the spark-htap catalog bridge (" + python + " -m htap.catalog.bridge --serve)"
-                + " exited while answering " + argv + ":\n" + tail);
+                + " exited while answering " + label + ":\n" + tail);
           }
           return PushedJson.MAPPER.readTree((String) answer);
         }
@@ -188,7 +261,7 @@ final class Bridge {
         stop();  // its answer would be read as the next call's
         throw new IllegalStateException("interrupted", e);
       } catch (IOException e) {
-        throw new IllegalStateException("unreadable answer of the spark-htap catalog bridge to " + argv + ": " + e, e);
+        throw new IllegalStateException("unreadable answer of the spark-htap catalog bridge to " + label + ": " + e, e);
       } finally {
         lock.unlock();
       }

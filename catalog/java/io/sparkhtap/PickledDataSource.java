@@ -6,7 +6,9 @@ import java.util.Map;
 import java.util.TreeMap;
 
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceCreationResult;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceReadInfo;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -24,9 +26,26 @@ import scala.Option;
  * the same instance with the options in Spark's case-insensitive dict (Python lowercases the
  * keys, as there), which the reader's planning worker unpickles as it would Spark's. Anything
  * else (no schema given) goes to Spark's worker.
+ *
+ * <p>The read itself is planned the same way: Spark sends that pickle to a Python planning
+ * worker ({@code pyspark.sql.worker.plan_data_source_read}) for the reader's read function and
+ * partitions, a worker round trip per scan on top of our planning. A batch read asks the
+ * driver's bridge process instead ({@code plan-read}, htap.pushdown.read_planning), which runs
+ * Spark's own code for that answer on the same reader. When that process stays busy (another
+ * query's planning) for Bridge.PLAN_WAIT_S, runs another Python than the executors, or with
+ * {@value #BRIDGE_PLANNING_CONF}=false (runtime-settable), Spark's
+ * worker plans it as before.
  */
 public final class PickledDataSource extends PythonDataSourceV2 {
+  static final String BRIDGE_PLANNING_CONF = "spark.htap.bridgePlanning";
   private PythonDataSourceCreationResult created;
+  private PythonDataSourceReadInfo planned;
+  private static final java.util.concurrent.atomic.AtomicLong BRIDGE_PLANNED = new java.util.concurrent.atomic.AtomicLong();
+
+  /** How many reads this JVM planned through the bridge process (for tests and operators). */
+  public static long bridgePlannedReads() {
+    return BRIDGE_PLANNED.get();
+  }
 
   @Override
   public synchronized PythonDataSourceCreationResult getOrCreateDataSourceInPython(
@@ -38,6 +57,24 @@ public final class PickledDataSource extends PythonDataSourceV2 {
       created = new PythonDataSourceCreationResult(pickle(options), userSpecifiedSchema.get());
     }
     return created;
+  }
+
+  @Override
+  public synchronized PythonDataSourceReadInfo getOrCreateReadInfo(
+      String shortName, CaseInsensitiveStringMap options, StructType outputSchema, boolean isStreaming) {
+    if (isStreaming || !SQLConf.get().getConfString(BRIDGE_PLANNING_CONF, "true").equalsIgnoreCase("true")
+        || !Bridge.runsExecutorsPython()) {
+      return super.getOrCreateReadInfo(shortName, options, outputSchema, isStreaming);
+    }
+    if (planned == null) {
+      SQLConf conf = SQLConf.get();
+      planned = Bridge.planRead(options, outputSchema, conf.arrowMaxRecordsPerBatch(), conf.pysparkBinaryAsBytes());
+      if (planned == null) {  // the bridge stayed busy (a concurrent query's planning): Spark's worker plans it
+        return super.getOrCreateReadInfo(shortName, options, outputSchema, isStreaming);
+      }
+      BRIDGE_PLANNED.incrementAndGet();
+    }
+    return planned;
   }
 
   /** Pickle protocol 2: {@code data_source({key: value, ...})} (sorted: the same options, the same bytes). */
