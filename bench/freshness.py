@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import psycopg2
 
+from bench.runners import cpu_seconds
 from htap.seq import lsn_to_int
 
 DB = "htap_bench"
@@ -100,15 +101,6 @@ def _show(name: str, d: dict) -> str:
     if not d.get("n"):
         return f"  {name}: none"
     return f"  {name}: n {d['n']}, p50 {d['p50']:.3f} s, p99 {d['p99']:.3f} s, max {d['max']:.3f} s"
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds a process used so far (0 when it is not on this machine)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, TypeError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sample_lag(cur, safe, seconds: float, every_s: float = 0.05) -> list[float]:

@@ -35,7 +35,7 @@ def main() -> None:
 
     from bench import data
     from bench.queries import query_text as tpch_query
-    from bench.runners import HTAP_CATALOG, JdbcSettings, duckdb_connection, spark_session
+    from bench.runners import HTAP_CATALOG, JdbcSettings, duckdb_connection, spark_session, tree_cpu_seconds
 
     config = args.work / "htap" / "htap.toml"
     parquet = args.work / "parquet" / f"sf{args.sf:g}"
@@ -67,26 +67,8 @@ def main() -> None:
     jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())
 
     def cpu_s() -> float:
-        """CPU seconds of the driver JVM and every process under it (Python workers, the bridge),
-        reaped children included: less sensitive to other load on the machine than wall time."""
-        tick = os.sysconf("SC_CLK_TCK")
-        children: dict[int, list[int]] = {}
-        stats: dict[int, list[str]] = {}
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                stats[int(proc.name)] = fields
-                children.setdefault(int(fields[1]), []).append(int(proc.name))
-        total, todo = 0, [jvm]
-        while todo:
-            pid = todo.pop()
-            if pid in stats:
-                total += sum(int(x) for x in stats[pid][11:15])  # utime stime cutime cstime
-            todo.extend(children.get(pid, []))
-        return total / tick
+        """CPU seconds of the driver JVM and every process under it (Python workers, the bridge)."""
+        return tree_cpu_seconds(jvm)
 
     def timed(fn) -> float:
         t0 = time.perf_counter()

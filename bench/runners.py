@@ -73,6 +73,37 @@ def _stat_fields(pid: int | str) -> list[str]:
     return stat[stat.rindex(")") + 2 :].split()
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process used so far (0 when it is not on this machine)."""
+    try:
+        fields = _stat_fields(pid)
+    except (OSError, ValueError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of process `root` and every process under it, reaped children included
+    (utime stime cutime cstime): less sensitive to other load on the machine than wall time."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                fields = _stat_fields(pid)
+            except (OSError, ValueError):
+                continue  # exited meanwhile
+            stats[int(pid)] = fields
+            children.setdefault(int(fields[1]), []).append(int(pid))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += sum(int(x) for x in stats[pid][11:15])
+        todo.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def postgres_cpu_seconds(postmaster: int | None) -> float | None:
     """CPU seconds used so far by one Postgres server (its postmaster and children), from /proc.
 

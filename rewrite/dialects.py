@@ -31,6 +31,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
+
 class ReplicaDuckDB(DuckDB):
     """DuckDB, with `x IS NOT NULL` written as such (see the module's docstring)."""
 

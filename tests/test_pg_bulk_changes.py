@@ -26,6 +26,7 @@ from htap.connectors.pgtypes import SESSION_SETTINGS
 
 from conftest import tune
 from services import pg_dsn
+from workspace import wait_slot_released
 
 UTC = dt.timezone.utc
 chars = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
@@ -235,13 +236,7 @@ def test_the_stream_decodes_runs_of_row_changes_as_batches(pg):
     finally:
         stream.close()
         with pg.cursor() as cur:
-            # The walsender lets go of the slot shortly after the stream closes.
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (name,))
-                if not cur.fetchone()[0]:
-                    break
-                time.sleep(0.1)
+            wait_slot_released(cur, name)
             cur.execute("SELECT pg_drop_replication_slot(%s)", (name,))
             cur.execute(f"DROP PUBLICATION {name}")
             cur.execute(f"DROP TABLE {t}")

@@ -21,7 +21,7 @@ import pytest
 
 from htap.seq import lsn_to_int
 from services import pg_dsn
-from workspace import Workspace, wait_until
+from workspace import Workspace, wait_slot_released, wait_until
 
 ROLE = "htap_streamer"
 
@@ -126,12 +126,7 @@ def test_streamed_transactions_arrive_whole_at_their_commit_without_what_was_rol
     finally:
         stream.close()
         with pg.cursor() as cur:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (name,))
-                if not cur.fetchone()[0]:
-                    break
-                time.sleep(0.1)
+            wait_slot_released(cur, name)
             streamed = streamed_transactions(pg, name)
             cur.execute("SELECT pg_drop_replication_slot(%s)", (name,))
             cur.execute(f"DROP PUBLICATION {name}")

@@ -44,6 +44,17 @@ def wait_until(predicate, timeout: float | None, what: str, interval: float = 0.
         time.sleep(interval)
 
 
+def wait_slot_released(cur, slot: str) -> None:
+    """Wait until the walsender lets go of replication slot `slot` (shortly after its stream
+    closes), so that it can be dropped. `cur`: a cursor of an ordinary connection."""
+
+    def released() -> bool:
+        cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        return not cur.fetchone()[0]
+
+    wait_until(released, None, f"the walsender to release slot {slot}", interval=0.1)
+
+
 class BaseWorkspace:
     """What every source kind's workspace shares. `schema` is where the source's tables live."""
 
