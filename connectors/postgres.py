@@ -32,6 +32,7 @@ from htap.conf import SourceConfig
 from htap.connectors import pgcopy, pgoutput
 from htap.connectors.pgheartbeat import Heartbeat
 from htap.connectors.pgstreaming import StreamedTxn
+from htap.connectors.pgwal import WalConnection, WalError
 from htap.connectors.changes import (
     Begin,
     ChangeSource,
@@ -217,17 +218,22 @@ class PostgresStream(ChangeStream):
 
     def __init__(self, source: SourceConfig, from_seq: int):
         self.source = source
-        self.conn = connect(source.dsn, replication=True)
-        self.cur = self.conn.cursor()
-        self.streaming = self.conn.server_version >= 140000
+        try:
+            self.wal = WalConnection(source.dsn, SESSION_SETTINGS)
+        except WalError as e:
+            raise SourceError(
+                f"cannot connect to Postgres ({redact(source.dsn)}): {_first_line(e)}; check the source's dsn and that "
+                f"the server is up"
+            ) from e
+        self.streaming = self.wal.server_version >= 140000
         options = {"proto_version": "1", "publication_names": source.publication}
         try:
             if self.streaming:
                 options |= {"proto_version": "2", "streaming": "on"}
                 self._stream_sooner()
-            self.cur.start_replication(slot_name=source.slot, decode=False, options=options)
-        except psycopg2.Error as e:
-            self.conn.close()
+            self.wal.start(source.slot, options)
+        except WalError as e:
+            self.wal.close()
             detail = _first_line(e)
             if "is active for PID" in detail:
                 raise SourceError(
@@ -248,9 +254,8 @@ class PostgresStream(ChangeStream):
     def _stream_sooner(self) -> None:
         """Have this walsender stream a big transaction after STREAM_AFTER_KB of its changes (if
         its decoding memory is larger): less of it is left to send after its commit."""
-        self.cur.execute("SELECT setting::bigint FROM pg_settings WHERE name = 'logical_decoding_work_mem'")
-        if self.cur.fetchone()[0] > STREAM_AFTER_KB:
-            self.cur.execute(f"SET logical_decoding_work_mem = '{STREAM_AFTER_KB}kB'")
+        if int(self.wal.value("SELECT setting::bigint FROM pg_settings WHERE name = 'logical_decoding_work_mem'")) > STREAM_AFTER_KB:
+            self.wal.value(f"SET logical_decoding_work_mem = '{STREAM_AFTER_KB}kB'")
 
     def poll(self, timeout: float) -> Event | None:
         if self.replay is not None:
@@ -266,19 +271,18 @@ class PostgresStream(ChangeStream):
                 if self.ahead is not None:
                     payload, self.ahead = self.ahead, None
                 else:
-                    msg = self.cur.read_message()
-                    payload = None if msg is None else msg.payload
+                    payload = self.wal.read()
                 if payload is not None:
                     self.heartbeat.heard()
                     event = self._message(payload)
                     if event is not None:
                         return event
                     continue
-                if not self.in_txn and self.cur.wal_end and self.cur.wal_end - 1 > self.progress:
+                if not self.in_txn and self.wal.wal_end and self.wal.wal_end - 1 > self.progress:
                     # The server has sent everything before its sent position (keepalive or data;
                     # a streamed change's position too: the server decodes in WAL order, so it
                     # sent every commit before it).
-                    self.progress = self.cur.wal_end - 1
+                    self.progress = self.wal.wal_end - 1
                     return Progress(self.progress)
                 if not self.in_txn:
                     self.heartbeat.tick(self.progress, self.request_progress)
@@ -286,8 +290,8 @@ class PostgresStream(ChangeStream):
                 if left <= 0:
                     return None
                 wait = left if self.in_txn else min(left, self.heartbeat.due_in())
-                select.select([self.conn], [], [], max(wait, 0.001))
-        except psycopg2.Error as e:
+                select.select([self.wal], [], [], max(wait, 0.001))
+        except WalError as e:
             raise SourceError(stream_failure(self.source.name, self.progress, e)) from e
 
     def _message(self, payload: bytes) -> Event | None:
@@ -354,20 +358,19 @@ class PostgresStream(ChangeStream):
             return [self._decode(first, streamed)]
         size = len(head)
         run = [first]
-        read = self.cur.read_message
+        read = self.wal.read
         waited_until = None
         while len(run) < MAX_RUN:
-            msg = read()
-            if msg is None:
+            payload = read()
+            if payload is None:
                 # The rest of the transaction (or of the stream block) is on its way, and none of
                 # it is visible before its commit: waiting for it delays nothing, and keeps runs
                 # long when the server sends slower than we read.
                 now = time.monotonic()
                 waited_until = waited_until or now + RUN_WAIT_S
-                if now >= waited_until or not select.select([self.conn], [], [], waited_until - now)[0]:
+                if now >= waited_until or not select.select([self.wal], [], [], waited_until - now)[0]:
                     break
                 continue
-            payload = msg.payload
             if payload[:size] in heads:
                 run.append(payload)
             else:
@@ -406,14 +409,14 @@ class PostgresStream(ChangeStream):
 
     def confirm(self, seq: int) -> None:
         # The server skips, on restart, every transaction whose commit LSN is below this.
-        self.cur.send_feedback(flush_lsn=seq + 1)
+        self.wal.confirm(seq + 1)
 
     def request_progress(self) -> None:
-        self.cur.send_feedback(reply=True)
+        self.wal.request_reply()
 
     def close(self) -> None:
         self.heartbeat.close()
-        self.conn.close()
+        self.wal.close()
 
 
 def _first_line(e: BaseException) -> str:
@@ -421,13 +424,13 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def stream_failure(source: str, position: int, e: psycopg2.Error) -> str:
+def stream_failure(source: str, position: int, e: WalError) -> str:
     """What to tell the user when the replication stream breaks. A lost connection (the server
     restarted or shut down, a network cut) shows up in libpq as a COPY_BOTH error without a
     message, or as a closed connection: say so, and that the service reconnects."""
     detail = _first_line(e)
     lost = (
-        isinstance(e, (psycopg2.OperationalError, psycopg2.InterfaceError))
+        e.lost
         or "no message from the libpq" in detail
         or "server closed the connection" in detail
         or "terminating connection" in detail
