@@ -61,8 +61,7 @@ def replica_sql(
         broken = tuple(dataclasses.replace(f, op="le") if f.op == "lt" else f for f in subplan.filters)
         subplan = dataclasses.replace(subplan, filters=broken)
     subplan = subplan.carrying_rows(key[0])  # `SELECT 1 FROM t`: _conform drops the column again
-    wanted = subplan.referenced_columns()
-    needed = [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
+    needed = scanned_columns(all_columns, key, subplan, strategy)
     key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
     row_filters = [f for f in subplan.filters if f not in key_filters]
     conditions = [render.predicate(f).sql(REPLICA) for f in key_filters]
@@ -75,6 +74,16 @@ def replica_sql(
     if outer.count(_CURRENT) != 1:
         raise InternalQueryError(f"the replica query has {outer.count(_CURRENT)} places for its current rows, not one: {outer}")
     return outer.replace(_CURRENT, f"({latest})")
+
+
+def scanned_columns(all_columns: list[str], key: list[str], subplan: PushedSubplan, strategy: str) -> list[str]:
+    """The table columns a partition read scans for `subplan`: the ones it references, plus the
+    key for a per-key merge (a "direct" read, one version per key, needs the key only if the
+    subplan does; a count alone still selects one column: no dialect selects nothing)."""
+    wanted = subplan.referenced_columns()
+    if strategy == "direct":
+        return [c for c in all_columns if subplan.columns is None or c in wanted] or [key[0]]
+    return [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
 
 
 # Stands for the current rows' subquery in replica_sql's outer query (no column or table is named so).
@@ -159,8 +168,7 @@ def partition_query(
         if strategy != "direct" and not any(f.columns() <= set(key) for f in subplan.filters):
             # Deletion vectors: filtered scans of each delta instead of a per-key merge. (Lookups
             # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
-            wanted = subplan.referenced_columns()
-            needed = [c for c in table_schema.names if subplan.columns is None or c in wanted or c in key]
+            needed = scanned_columns(table_schema.names, key, subplan.carrying_rows(key[0]), "direct")
             visible = dv.visible_source(con, root, delta_paths, seq, needed, name, vectors() if vectors else None)
             if visible is not None:
                 try:
@@ -211,14 +219,48 @@ class JoinedTableRead:
     plans: tuple[ReadPlan, ...]
 
 
-def _shared_vectors(con, root: Path, plans: tuple[ReadPlan, ...]) -> Callable[[], dv.Vectors | None] | None:
+def _shared_vectors(root: Path, plans: tuple[ReadPlan, ...]) -> Callable[[], dv.Vectors | None] | None:
     """The deletion vectors of every partition a task reads of one table, loaded once when the
-    first partition needs them: two DuckDB queries for all of them instead of three per partition
-    (a one-task scan of a table with P partitions). None for a single partition or mixed seqs."""
+    first partition needs them (a one-task scan of a table with P partitions). None for a single
+    partition or mixed seqs."""
     if len(plans) < 2 or len({plan.seq for plan in plans}) != 1:
         return None
     paths = [p for plan in plans for p in plan.delta_paths]
-    return functools.cache(lambda: dv.load(con, root, paths, plans[0].seq))
+    return functools.cache(lambda: dv.load(root, paths, plans[0].seq))
+
+
+def _as_one_read(
+    plans: tuple[ReadPlan, ...], key: list[str], own: PushedSubplan, vectors: Callable[[], dv.Vectors | None] | None
+) -> ReadPlan | None:
+    """The partitions a task reads of one table as one read of all their deltas, when each
+    partition's rows at the seq come from per-row visibility alone — every partition read
+    "direct" (one version per key), or every delta with trustworthy deletion vectors and no key
+    filter (which would take the per-key merge) — and `own` works row by row (no aggregate, order
+    or limit), so reading the union of the partitions equals the union of their reads (their key
+    ranges are disjoint). A scan per kind of delta instead of one per partition and delta: each
+    scan in a UNION ALL costs about as much as reading 100k rows. None otherwise."""
+    if vectors is None or own.aggregating or own.order or own.limit is not None:
+        return None  # `vectors` is None exactly when the plans differ in seq or are fewer than two
+    first = plans[0]
+    if any(p.floor != first.floor or p.partial or evolved(list(p.delta_versions), dict(p.added_versions)) for p in plans):
+        return None
+    paths = tuple(path for p in plans for path in p.delta_paths)
+    versions = tuple(v for p in plans for v in p.delta_versions)
+    if len(set(versions)) > 1:
+        return None  # partitions written under different schema versions: each reads its own
+    if all(p.strategy == "direct" for p in plans):
+        strategy = "direct"
+    elif any(f.columns() <= set(key) for f in own.filters):
+        return None
+    else:
+        loaded = vectors()
+        if loaded is None or loaded.hidden(list(paths)) is None:
+            return None
+        strategy = "merge"  # partition_query reads it through the deletion vectors
+    # A filter one partition needs is the union's (a partition's own plan may leave out the
+    # `_seq` or `_op` filter that could not drop any of its rows: not so for the others').
+    return dataclasses.replace(first, delta_paths=paths, strategy=strategy, delta_versions=versions, files=(),
+                               seq_filter=any(p.seq_filter for p in plans), deletes=any(p.deletes for p in plans))
 
 
 def _plan_files(plan: ReadPlan) -> dict[str, str | None]:
@@ -254,8 +296,9 @@ def read_joined(
             views = []
             for i, (t, (_name, own)) in enumerate(zip(tables, reads)):
                 parts = []
-                vectors = _shared_vectors(con, root, t.plans)
-                for j, plan in enumerate(t.plans):
+                vectors = _shared_vectors(root, t.plans)
+                combined = _as_one_read(t.plans, t.key, own, vectors)
+                for j, plan in enumerate((combined,) if combined is not None else t.plans):
                     sql, local = partition_query(
                         con, root, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own,
                         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,

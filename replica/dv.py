@@ -39,7 +39,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -275,8 +274,8 @@ def _lit(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Vectors:
-    """The footers and deletion vectors of a set of deltas at one seq, read in two DuckDB queries
-    (a one-task read loads every partition's at once rather than three queries per partition).
+    """The footers and deletion vectors of a set of deltas at one seq, read once (a one-task read
+    loads every partition's at once).
     `hidden(paths)` answers for one partition's deltas, trusting nothing a footer does not vouch
     for."""
 
@@ -304,77 +303,137 @@ class Vectors:
         return {t: rows[0] if len(rows) == 1 else np.concatenate(rows) for t, rows in per_target.items()}
 
 
-def load(con, root: Path, paths: list[str], seq: int) -> Vectors | None:
+def load(root: Path, paths: list[str], seq: int) -> Vectors | None:
     """The footers of `paths` and the entries at or below `seq` of the sidecars they promise,
-    grouped by DuckDB (per sidecar and target: a count and the list of rows), so no Python touches
-    an entry; None when a footer or a sidecar cannot be read at all (the caller then merges, or
-    loads fewer deltas at a time, so that one bad file costs only its own partition the fast
-    path)."""
-    if not paths:
-        return Vectors(int(seq), {}, {}, {}, {})
-    files = ", ".join(_lit(str(root / p)) for p in paths)
-    rel_of = {str(root / p): p for p in paths}
+    read with pyarrow and grouped per target in numpy (a sidecar is sorted by target, its target
+    column dictionary-encoded), so no Python touches an entry; None when a footer or a sidecar
+    cannot be read at all (the caller then merges, or loads fewer deltas at a time, so that one
+    bad file costs only its own partition the fast path)."""
+    rows: dict[str, int] = {}
+    promised: dict[str, int] = {}
     try:
-        footers = con.sql(
-            f"SELECT m.file_name, m.num_rows, kv.n FROM parquet_file_metadata([{files}]) AS m LEFT JOIN"
-            f" (SELECT file_name, decode(value) AS n FROM parquet_kv_metadata([{files}]) WHERE decode(key) = 'htap.dv')"
-            f" AS kv USING (file_name)"
-        ).fetchall()
-    except duckdb.Error:
+        for rel in paths:
+            meta = pq.read_metadata(root / rel)
+            rows[rel] = meta.num_rows
+            count = (meta.metadata or {}).get(FOOTER_KEY)
+            if count is not None:
+                promised[rel] = int(count)
+    except (OSError, ValueError, pa.ArrowException):
         return None  # a damaged delta: the merge's read reports it
-    rows = {rel_of[f]: int(n) for f, n, _ in footers}
-    promised = {rel_of[f]: int(c) for f, _, c in footers if c is not None}
-    sides = [rel for rel in paths if promised.get(rel)]
     found: dict[str, int] = {}
     entries: dict[str, dict[str, np.ndarray]] = {}
-    if sides:
-        side_of = {str(root / sidecar(r)): r for r in sides}
+    for rel in paths:
+        if not promised.get(rel):
+            continue
         try:
-            groups = con.sql(
-                f"SELECT filename, target, count(*) AS n, list(row) FILTER (WHERE seq <= {int(seq)}) AS rows"
-                f" FROM read_parquet([{', '.join(_lit(f) for f in side_of)}], filename = true) GROUP BY filename, target"
-            ).to_arrow_table()
-        except duckdb.Error as e:
-            log.warning("deletion vectors unreadable (%s): reading with a merge", str(e).splitlines()[0])
+            found[rel], hidden = _read_sidecar(root / sidecar(rel), int(seq))
+        except (OSError, ValueError, KeyError, pa.ArrowException) as e:
+            log.warning("deletion vectors of %s unreadable (%s): reading with a merge", rel, str(e).splitlines()[0])
             return None
-        lists = groups.column("rows").combine_chunks()
-        for i, (f, target, n) in enumerate(zip(*(groups.column(c).to_pylist() for c in ("filename", "target", "n")))):
-            rel = side_of[f]
-            found[rel] = found.get(rel, 0) + n
-            hidden = lists[i]  # NULL when none of the target's entries is at or below seq
-            if hidden.is_valid and len(hidden):
-                entries.setdefault(rel, {})[target] = hidden.values.to_numpy()
+        if hidden:
+            entries[rel] = hidden
     return Vectors(int(seq), rows, promised, found, entries)
 
 
+def _read_sidecar(path: Path, seq: int) -> tuple[int, dict[str, np.ndarray]]:
+    """How many entries a sidecar holds, and its entries at or below `seq`: target -> rows."""
+    # One thread: a sidecar is small, and handing its columns to a thread pool costs more than
+    # decoding them (2x on a loaded machine).
+    table = pq.ParquetFile(path, read_dictionary=["target"]).read(columns=["target", "row", "seq"], use_threads=False)
+    table = table.unify_dictionaries()
+    total = table.num_rows
+    table = table.filter(pc.less_equal(table.column("seq"), seq))
+    if table.num_rows == 0:
+        return total, {}
+    target = table.column("target").combine_chunks()
+    codes = target.indices.to_numpy(zero_copy_only=False)
+    row = table.column("row").to_numpy()
+    out = {}
+    for code, name in enumerate(target.dictionary.to_pylist()):
+        mine = row[codes == code]
+        if len(mine):
+            out[name] = mine
+    return total, out
+
+
+# A delta at least this long is scanned on its own, positionally joined with its mask; shorter
+# ones with hidden rows share multi-file scans filtered by one bitmap each, of at most
+# SHARED_SCAN_ROWS rows. Each scan of a UNION ALL costs about as much as reading ~100k rows
+# (measured: ten 20k-row deltas per partition read one by one cost 5x one scan of them all),
+# while testing a bitmap costs more per row than a positional join, and more the longer the
+# bitmap (DuckDB copies the constant per vector of rows); a hash anti-join of the hidden rows
+# cost 1.3-2x the bitmap.
+OWN_SCAN_ROWS = 256 * 1024
+SHARED_SCAN_ROWS = 1024 * 1024
+
+
 def visible_source(
-    con, root: Path, paths: list[str], seq: int, columns: list[str], name: str, vectors: Vectors | None = None
+    con, root: Path, paths: list[str], seq: int, columns: list[str], name: str, vectors: Vectors | None = None,
+    *, own_scan_rows: int = OWN_SCAN_ROWS, shared_scan_rows: int = SHARED_SCAN_ROWS,
 ) -> str | None:
     """A relation (SQL) of the partition's versions that no newer version at or below `seq`
-    supersedes — `columns`, `_seq` and `_op`: per delta, a scan of the file positionally joined
-    with a boolean `keep` column built from its entries at or below `seq` (no hashing, no per-key
-    work; DuckDB never pushes a filter below a positional join, so the rows stay aligned). The
-    caller still filters `_seq <= seq`, the truncation floor and `_op`. None when some delta has
-    no trustworthy deletion vectors (the caller then merges). `vectors`: what `load` read for
-    these deltas and more at the same seq (else they are loaded here). Registers the masks on
-    `con` as `<name>_keep_<i>`: `name` must be unique among the partition reads of one query on
-    `con` (a joined scan reads several tables' partitions on one cursor, and its views are only
-    evaluated at the end: a shared name would give every partition the last one's masks)."""
+    supersedes — `columns`, `_seq` and `_op`. The caller still filters `_seq <= seq`, the
+    truncation floor and `_op`; filters and projections it puts above push into the scans. None
+    when some delta has no trustworthy deletion vectors (the caller then merges). `vectors`: what
+    `load` read for these deltas and more at the same seq (else they are loaded here).
+
+    Three kinds of scan, no hashing and no per-key work in any:
+    - the deltas none of whose rows is hidden at `seq`: one plain multi-file scan;
+    - each delta of at least `own_scan_rows` rows with hidden rows: a scan of the file
+      positionally joined with a boolean `keep` column built from its entries (DuckDB never
+      pushes a filter below a positional join, so the rows stay aligned);
+    - the shorter deltas with hidden rows: multi-file scans (`shared_scan_rows` rows at most)
+      keeping a row iff its bit in a bitmap of their rows is set, the bit found by the row's
+      `file_index` (its file's place in the scan's list) and `file_row_number`.
+    Registers Arrow tables and sets variables on `con` named after `name`, which must be unique
+    among the partition reads of one query on `con` (a joined scan reads several tables'
+    partitions on one cursor, and its views are only evaluated at the end: a shared name would
+    give every partition the last one's masks)."""
     if vectors is None or vectors.seq != int(seq):
-        vectors = load(con, root, paths, seq)
+        vectors = load(root, paths, seq)
     hidden = vectors.hidden(paths) if vectors is not None else None
     if hidden is None:
         return None
     cols = ", ".join(_q(c) for c in dict.fromkeys([*columns, SEQ, OP]))
+    plain = [rel for rel in paths if rel not in hidden]
+    own = [rel for rel in paths if rel in hidden and vectors.rows[rel] >= own_scan_rows]
+    shared = [rel for rel in paths if rel in hidden and vectors.rows[rel] < own_scan_rows]
     parts = []
-    for i, rel in enumerate(paths):
-        f = _lit(str(root / rel))
-        rows = hidden.get(rel)
-        if rows is None:
-            parts.append(f"SELECT {cols} FROM read_parquet({f})")
-            continue
+    if plain:
+        parts.append(f"SELECT {cols} FROM {_scan(root, plain)}")
+    for i, rel in enumerate(own):
         keep = np.ones(vectors.rows[rel], dtype=bool)
-        keep[rows] = False
+        keep[hidden[rel]] = False
         con.register(f"{name}_keep_{i}", pa.table({"__keep": keep}))
-        parts.append(f"SELECT {cols} FROM (SELECT * FROM read_parquet({f}) POSITIONAL JOIN {name}_keep_{i}) WHERE __keep")
+        parts.append(f"SELECT {cols} FROM (SELECT * FROM {_scan(root, [rel])} POSITIONAL JOIN {name}_keep_{i}) WHERE __keep")
+    for g, group in enumerate(_groups(shared, vectors.rows, shared_scan_rows)):
+        keep = np.ones(sum(vectors.rows[rel] for rel in group), dtype=bool)
+        starts = np.cumsum([0] + [vectors.rows[rel] for rel in group[:-1]])
+        for start, rel in zip(starts, group):
+            keep[start + hidden[rel]] = False
+        bits, offsets = f"{name}_bits_{g}", f"{name}_offsets_{g}"
+        con.execute(f"SET VARIABLE {bits} = ?::BLOB::BIT", [np.packbits(keep, bitorder="big").tobytes()])
+        con.execute(f"SET VARIABLE {offsets} = ?::BIGINT[]", [[int(x) for x in starts]])
+        at = f"(getvariable('{offsets}')[file_index::BIGINT + 1] + file_row_number)::INTEGER"
+        parts.append(f"SELECT {cols} FROM {_scan(root, group, numbered=True)} WHERE get_bit(getvariable('{bits}'), {at}) = 1")
     return "(" + " UNION ALL ".join(parts) + ")"
+
+
+def _groups(paths: list[str], rows: dict[str, int], limit: int) -> list[list[str]]:
+    """`paths` in order, cut into runs of at most `limit` rows (a longer delta alone)."""
+    out: list[list[str]] = []
+    total = limit
+    for rel in paths:
+        if total + rows[rel] > limit:
+            out.append([])
+            total = 0
+        out[-1].append(rel)
+        total += rows[rel]
+    return out
+
+
+def _scan(root: Path, paths: list[str], *, numbered: bool = False) -> str:
+    """One multi-file Parquet scan of `paths`, in their order (`file_index` numbers them so);
+    `numbered`: with each row's position in its file (`file_row_number`)."""
+    files = ", ".join(_lit(str(root / rel)) for rel in paths)
+    return f"read_parquet([{files}]{', file_row_number = true' if numbered else ''})"

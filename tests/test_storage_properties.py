@@ -25,6 +25,7 @@ from htap.replica.compaction import merge
 from htap.replica.deltas import delete_delta_files, partition_dir
 from htap.replica.repartition import Change, repartition
 from htap.replica.warehouse import as_warehouse
+from htap.rewrite.subplan import Aggregate, PushedSubplan
 
 from storage_support import DirectTable
 
@@ -39,9 +40,12 @@ def table_rows(t: pa.Table) -> list[tuple]:
     return sorted(tuple(r.values()) for r in t.to_pylist())
 
 
-def dv_rows(table: DirectTable, seq: int) -> list[tuple] | None:
+def dv_rows(table: DirectTable, seq: int, own_scan_rows: int = dv.OWN_SCAN_ROWS,
+            shared_scan_rows: int = dv.SHARED_SCAN_ROWS) -> list[tuple] | None:
     """The rows at `seq` straight from the deletion-vector scans of every partition (no merge);
-    None if some partition cannot be read that way."""
+    None if some partition cannot be read that way. `own_scan_rows` 0: every delta with hidden
+    rows scanned on its own with a positional mask (by default these small deltas share a scan
+    filtered by a bitmap of their rows; `shared_scan_rows` caps how many rows one scan holds)."""
     rows = []
     for plan in table.plans(seq):
         if not plan.delta_paths:
@@ -49,7 +53,8 @@ def dv_rows(table: DirectTable, seq: int) -> list[tuple] | None:
         names = table.table.arrow_schema.names
         con = engine.cursor()
         try:
-            source = dv.visible_source(con, table.warehouse, list(plan.delta_paths), seq, names, "__dv")
+            source = dv.visible_source(con, table.warehouse, list(plan.delta_paths), seq, names, "__dv",
+                                       own_scan_rows=own_scan_rows, shared_scan_rows=shared_scan_rows)
             if source is None:
                 return None
             floor = f" AND _seq >= {plan.floor}" if plan.floor is not None else ""
@@ -65,6 +70,8 @@ def check(table: DirectTable, seq: int, history: dict, ops: list[str]) -> None:
     via_dv = dv_rows(table, seq)
     if via_dv is not None:
         assert via_dv == model_rows(history[seq]), f"deletion vectors at seq {seq}"
+        assert dv_rows(table, seq, own_scan_rows=0) == via_dv, f"deletion vectors, positional masks, at seq {seq}"
+        assert dv_rows(table, seq, shared_scan_rows=1) == via_dv, f"deletion vectors, one bitmap per delta, at seq {seq}"
     else:  # partial updates are completed when written: every delta carries deletion vectors
         raise AssertionError(f"no deletion vectors at seq {seq}")
 
@@ -257,19 +264,19 @@ def test_one_task_read_of_partitions_with_one_damaged_sidecar(tmp_path):
     plans = table.plans(2)
     paths = [p for plan in plans for p in plan.delta_paths]
     con = engine.cursor()
-    vectors = dv.load(con, table.warehouse, paths, 2)
+    vectors = dv.load(table.warehouse, paths, 2)
     assert all(vectors.hidden(list(plan.delta_paths)) for plan in plans)  # each partition hides its updated rows
     newest = next(p for p in plans[0].delta_paths if vectors.promised.get(p))  # the update delta (names are random)
     side = table.warehouse / dv.sidecar(newest)
     original = side.read_bytes()
     other = pa.table({"target": ["x"], "row": pa.array([0], pa.int64()), "seq": pa.array([1], pa.int64())})
     dv.write_sidecar(side, other)  # readable, but not the entries the footer promises
-    vectors = dv.load(con, table.warehouse, paths, 2)
+    vectors = dv.load(table.warehouse, paths, 2)
     assert vectors.hidden(list(plans[0].delta_paths)) is None
     assert all(vectors.hidden(list(plan.delta_paths)) for plan in plans[1:])
     assert table_rows(table.read_one_task(2)) == want
     side.write_bytes(original[:-9])  # unreadable: the shared load fails, each partition loads its own
-    assert dv.load(con, table.warehouse, paths, 2) is None
+    assert dv.load(table.warehouse, paths, 2) is None
     assert table_rows(table.read_one_task(2)) == want
     con.close()
 
@@ -287,3 +294,56 @@ def test_a_row_moved_away_and_back_past_versions_of_its_key_keeps_its_values(tmp
     table.checkpoint(7)
     assert table_rows(table.read(6)) == [(1, 7, "x", 0.5)]
     assert table_rows(table.read(7)) == [(0, 7, "x", 0.5)]
+
+
+def test_deletion_vector_scans_of_every_kind_at_every_seq(tmp_path):
+    """A partition whose deltas take each of the three scans (htap.replica.dv.visible_source): a
+    delta none of whose rows is hidden (scanned plainly, with no mask), deltas with hidden rows
+    scanned on their own with a positional mask, and short ones sharing scans filtered by a bitmap
+    of their rows — in every mix the thresholds allow; every seq reads exactly its rows, -0.0
+    and NULLs included, through the reader too, also when only some columns or a count are asked."""
+    schema = pa.schema([("k", pa.int64()), ("a", pa.float64()), ("b", pa.string())])
+    table = DirectTable(tmp_path, schema, ["k"], None)
+    state: dict[int, tuple] = {}
+    history = {}
+    for k in range(40):
+        state[k] = (k, -0.0 if k % 7 == 0 else float(k), None if k % 5 == 0 else f"v{k}")
+        table.upsert(list(state[k]), 1)
+    table.checkpoint(1)
+    history[1] = dict(state)
+    for seq, keys in ((2, range(0, 40, 3)), (3, range(0, 40, 4)), (4, range(100, 105)), (5, range(1, 40, 6))):
+        for k in keys:
+            state[k] = (k, -0.0 if seq == 3 else float(seq * 1000 + k), None if seq == 5 else f"s{seq}")
+            table.upsert(list(state[k]), seq)
+        if seq == 5:
+            table.delete([6, None, None], seq)
+            state.pop(6)
+        table.checkpoint(seq)
+        history[seq] = dict(state)
+    # at seq 5 the delta of seq 4 (new keys only) has no hidden rows: it is scanned plainly
+    for seq, rows in history.items():
+        want = model_rows(rows)
+        for own, shared in ((0, 100), (10, 100), (15, 100), (41, 100), (41, 12), (41, 25), (41, 1), (dv.OWN_SCAN_ROWS, 10**6)):
+            got = dv_rows(table, seq, own_scan_rows=own, shared_scan_rows=shared)
+            assert got == want, f"at seq {seq}, own scans from {own} rows, shared ones of {shared} rows at most"
+            assert [str(r[1]) for r in got] == [str(r[1]) for r in want]  # -0.0 kept its sign
+        assert table_rows(table.read(seq)) == want, f"reader at seq {seq}"
+        assert table_rows(table.read_one_task(seq)) == want, f"one task at seq {seq}"
+        only_b = table.read(seq, PushedSubplan(columns=("b",)), pa.schema([schema.field("b")]))
+        assert sorted(only_b.column("b").to_pylist(), key=str) == sorted((r[2] for r in want), key=str)
+        count = table.read(seq, PushedSubplan(aggregates=(Aggregate("count_star"),)), pa.schema([("n", pa.int64())]))
+        assert sum(count.column("n").to_pylist()) == len(want), f"count at seq {seq}"
+
+
+def test_one_task_read_at_an_older_seq_filters_every_partition_by_seq(tmp_path):
+    """The model test's find (splits [5, 15, 25]): a partition's own plan may leave out the
+    `_seq` filter when none of its versions is newer than the read; the one read of all
+    partitions must not take that from the first one, or key 5's newer version shows at seq 1."""
+    table = DirectTable(tmp_path, SCHEMA, ["k"], [5, 15, 25])
+    table.upsert([5, None, None, None], 1)
+    table.upsert([1, None, None, None], 1)
+    table.upsert([5, 1, None, 0.25], 2)
+    table.checkpoint(2)
+    assert table_rows(table.read_one_task(1)) == [(1, None, None, None), (5, None, None, None)]
+    assert table_rows(table.read_one_task(2)) == [(1, None, None, None), (5, 1, None, 0.25)]
+    assert table_rows(table.read(1)) == table_rows(table.read_one_task(1))
