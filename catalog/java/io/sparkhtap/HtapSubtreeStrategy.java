@@ -16,12 +16,18 @@ import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.ReturnAnswer;
+import org.apache.spark.sql.catalyst.plans.logical.Sort;
+import org.apache.spark.sql.catalyst.plans.physical.SinglePartition$;
 import org.apache.spark.sql.connector.read.Statistics;
+import org.apache.spark.sql.execution.SortExec;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.SparkStrategy;
 import org.apache.spark.sql.execution.FilterExec;
+import org.apache.spark.sql.execution.exchange.ShuffleExchangeExec;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
@@ -75,15 +81,57 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     if (on.equalsIgnoreCase("false")) return List$.MODULE$.empty();
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
-    Absorbed done = BUILT.get(target);
+    Absorbed done = built(target);
     if (done == null) {
-      done = absorb(target);
-      if (done == null) return List$.MODULE$.empty();
-      BUILT.put(target, done);
+      SparkPlan sorted = target instanceof Sort ? sortOfOneTask((Sort) target) : null;
+      return sorted == null ? List$.MODULE$.empty() : CollectionConverters.asScala(List.<SparkPlan>of(sorted)).toList();
     }
     SparkPlan scan = planLater(done.scan);
     SparkPlan top = done.residual == null ? scan : new FilterExec(done.residual, scan);
     return CollectionConverters.asScala(List.<SparkPlan>of(top)).toList();
+  }
+
+  /** The one scan for {@code plan}'s subtree (built once per plan), or null. */
+  private static Absorbed built(LogicalPlan plan) {
+    Absorbed done = BUILT.get(plan);
+    if (done == null) {
+      done = absorb(plan);
+      if (done != null) BUILT.put(plan, done);
+    }
+    return done;
+  }
+
+  /**
+   * A global ORDER BY that stays in Spark (its projection holds what the tree cannot carry: TPC-H
+   * Q8's decimal division) over projections and filters of a scan that is ONE task anyway (a
+   * whole subtree, or a scan whose aggregate is complete): the rows go to one partition and are
+   * sorted there. Spark would otherwise range-partition them, and the range exchange's sampling
+   * job runs the scan's whole query once more before the shuffle runs it again (Q8 read
+   * everything twice). The rows are few (a complete aggregate) or come from one task already, so
+   * one sorting task loses no parallelism. Null when the tree below is not such a scan.
+   */
+  private SparkPlan sortOfOneTask(Sort sort) {
+    if (!sort.global()) return null;
+    LogicalPlan below = sort.child();
+    while (below instanceof Project || below instanceof Filter) below = below.children().head();
+    boolean oneTask = below instanceof DataSourceV2ScanRelation && ((DataSourceV2ScanRelation) below).scan() instanceof HtapScan
+        ? complete((HtapScan) ((DataSourceV2ScanRelation) below).scan())
+        : !below.children().isEmpty() && HtapSnapshotStrategy.hasHtapScan(below) && built(below) != null;
+    if (!oneTask) return null;
+    SparkPlan single = new ShuffleExchangeExec(SinglePartition$.MODULE$, planLater(sort.child()),
+        ShuffleExchangeExec.$lessinit$greater$default$3(), ShuffleExchangeExec.$lessinit$greater$default$4(),
+        ShuffleExchangeExec.$lessinit$greater$default$5());
+    return new SortExec(sort.order(), true, single, 0);
+  }
+
+  /** Whether a scan's pushed aggregate is complete (the scan is then one task). */
+  static boolean complete(HtapScan scan) {
+    String pushed = scan.catalogOptions().get("pushed");
+    try {
+      return pushed != null && PushedJson.MAPPER.readTree(pushed).path("complete").asBoolean(false);
+    } catch (JsonProcessingException e) {
+      return false;
+    }
   }
 
   /**
@@ -97,13 +145,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
    * (several tasks) stays with Spark, which merges or reads it in parallel.
    */
   static boolean oneLeafPays(SubtreeJson t) {
-    String pushed = ((HtapScan) t.leaves.get(0).scan()).catalogOptions().get("pushed");
-    try {
-      if (pushed == null || !PushedJson.MAPPER.readTree(pushed).path("complete").asBoolean(false)) return false;
-    } catch (JsonProcessingException e) {
-      return false;
-    }
-    return t.operators.contains("Sort");
+    return complete((HtapScan) t.leaves.get(0).scan()) && t.operators.contains("Sort");
   }
 
   /**
