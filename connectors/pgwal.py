@@ -67,7 +67,8 @@ class WalConnection:
         if result.status == pq.ExecStatus.COMMAND_OK:
             return None
         if result.status != pq.ExecStatus.TUPLES_OK:
-            raise WalError(result.get_error_message().strip() or f"{command} failed", lost=self.pg.status != pq.ConnStatus.OK)
+            lost = self.pg.status != pq.ConnStatus.OK
+            raise WalError(result.get_error_message().strip() or f"{command} failed", lost=lost)
         raw = result.get_value(0, 0)
         return None if raw is None else bytes(raw).decode()
 

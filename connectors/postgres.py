@@ -254,7 +254,8 @@ class PostgresStream(ChangeStream):
     def _stream_sooner(self) -> None:
         """Have this walsender stream a big transaction after STREAM_AFTER_KB of its changes (if
         its decoding memory is larger): less of it is left to send after its commit."""
-        if int(self.wal.value("SELECT setting::bigint FROM pg_settings WHERE name = 'logical_decoding_work_mem'")) > STREAM_AFTER_KB:
+        work_mem_kb = self.wal.value("SELECT setting::bigint FROM pg_settings WHERE name = 'logical_decoding_work_mem'")
+        if int(work_mem_kb) > STREAM_AFTER_KB:
             self.wal.value(f"SET logical_decoding_work_mem = '{STREAM_AFTER_KB}kB'")
 
     def poll(self, timeout: float) -> Event | None:
