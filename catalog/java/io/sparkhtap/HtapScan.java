@@ -5,12 +5,23 @@ import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import org.apache.spark.sql.connector.expressions.Expressions;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.filter.Predicate;
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.Statistics;
 import org.apache.spark.sql.connector.read.SupportsReportStatistics;
+import org.apache.spark.sql.connector.read.SupportsRuntimeV2Filtering;
+import org.apache.spark.sql.internal.connector.PredicateUtils;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.sources.In;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
 import org.apache.spark.sql.types.StructType;
@@ -20,7 +31,12 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * Spark's Python scan, described with what was pushed into it (so EXPLAIN shows it), with size
  * estimates from the metadata (so Spark broadcasts small tables in joins).
  */
-public class HtapScan implements Scan, SupportsReportStatistics {
+public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntimeV2Filtering {
+  /** A runtime IN filter with more values than this is not applied (the pruning is optional). */
+  static final int MAX_RUNTIME_VALUES = 1000;
+  /** The pushed subplan as planned, before any runtime filter was added (see {@link #filter}). */
+  private String plannedPushed;
+
   private final String description;
   private final List<String> tableNames;
   private final StructType outputSchema;
@@ -150,6 +166,53 @@ public class HtapScan implements Scan, SupportsReportStatistics {
     } catch (Exception e) {
       throw HtapBatch.translate(e);
     }
+  }
+
+  /**
+   * The columns Spark may filter this scan by at run time (dynamic partition pruning: the keys of
+   * a broadcast join's other side): every column of a single table's row scan. A filter on the
+   * first key column prunes the table's partitions by key range; any filter is applied in the
+   * partition reads. Scans with a pushed aggregate, limit or join report none (their rows are
+   * not the table's).
+   */
+  @Override
+  public NamedReference[] filterAttributes() {
+    if (!rowsKnown || tableNames.size() != 1) return new NamedReference[0];
+    String[] names = outputSchema.fieldNames();
+    NamedReference[] refs = new NamedReference[names.length];
+    for (int i = 0; i < names.length; i++) refs[i] = Expressions.column(names[i]);
+    return refs;
+  }
+
+  /**
+   * Add Spark's runtime filters to the pushed subplan; the scan's Python reader is built again
+   * with them. (Spark then plans the partitions again, but reads them with the reader factory of
+   * the first plan: each partition carries its own pushed subplan, so that is exact.) A filter
+   * that does not translate, or an IN with more than MAX_RUNTIME_VALUES values, is left out:
+   * Spark's join drops the rows anyway.
+   */
+  @Override
+  public synchronized void filter(Predicate[] predicates) {
+    List<ObjectNode> added = new java.util.ArrayList<>();
+    for (Predicate p : predicates) {
+      scala.Option<Filter> v1 = PredicateUtils.toV1(p);
+      if (v1.isEmpty()) continue;
+      Filter f = v1.get();
+      if (f instanceof In && ((In) f).values().length > MAX_RUNTIME_VALUES) continue;
+      ObjectNode json = PushedJson.filter(f);
+      if (json != null) added.add(json);
+    }
+    if (added.isEmpty()) return;
+    if (plannedPushed == null) plannedPushed = options.get("pushed");
+    try {  // the planned subplan plus these filters (a later call replaces them, never adds up)
+      ObjectNode pushed = (ObjectNode) PushedJson.MAPPER.readTree(plannedPushed);
+      ArrayNode filters = pushed.has("filters") ? (ArrayNode) pushed.get("filters") : pushed.putArray("filters");
+      for (ObjectNode json : added) filters.add(json);
+      options.put("pushed", PushedJson.MAPPER.writeValueAsString(pushed));
+    } catch (JsonProcessingException | ClassCastException e) {
+      return;  // not a pushed subplan this scan can add filters to
+    }
+    python = null;  // rebuilt with the new subplan
   }
 
   @Override

@@ -37,6 +37,7 @@ import org.apache.spark.sql.catalyst.expressions.aggregate.Min;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Sum;
 import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.expressions.DynamicPruning;
 import org.apache.spark.sql.catalyst.plans.logical.GlobalLimit;
 import org.apache.spark.sql.catalyst.plans.logical.Join;
 import org.apache.spark.sql.catalyst.plans.logical.LocalLimit;
@@ -147,6 +148,9 @@ final class SubtreeJson {
       if (child == null) return null;
       List<ObjectNode> kept = new ArrayList<>();
       for (Expression conjunct : conjuncts(f.condition())) {
+        // Spark's dynamic partition pruning (a runtime filter on a scan, from the other side of a
+        // join in this same tree): only drops rows that join would drop, so the tree drops it.
+        if (conjunct instanceof DynamicPruning) continue;
         ObjectNode cond = expr(conjunct, f.child().output(), true, false);
         if (cond != null) {
           kept.add(cond);
