@@ -187,9 +187,9 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
   /**
    * Add Spark's runtime filters to the pushed subplan; the scan's Python reader is built again
    * with them. (Spark then plans the partitions again, but reads them with the reader factory of
-   * the first plan: each partition carries its own pushed subplan, so that is exact.) A filter
-   * that does not translate, or an IN with more than MAX_RUNTIME_VALUES values, is left out:
-   * Spark's join drops the rows anyway.
+   * the first plan: each partition carries its own pushed subplan, so that is exact.) Only IN
+   * filters of up to MAX_RUNTIME_VALUES values are taken; others are left out: Spark's join
+   * drops the rows anyway.
    */
   @Override
   public synchronized void filter(Predicate[] predicates) {
@@ -198,7 +198,9 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
       scala.Option<Filter> v1 = PredicateUtils.toV1(p);
       if (v1.isEmpty()) continue;
       Filter f = v1.get();
-      if (f instanceof In && ((In) f).values().length > MAX_RUNTIME_VALUES) continue;
+      // Only a whole IN (what dynamic partition pruning sends): toV1 can convert a part of a
+      // compound predicate, and that part as the whole would drop rows.
+      if (!p.name().equals("IN") || !(f instanceof In) || ((In) f).values().length > MAX_RUNTIME_VALUES) continue;
       ObjectNode json = PushedJson.filter(f);
       if (json != null) added.add(json);
     }
