@@ -43,13 +43,18 @@ def _message(pg: pq.PGconn, fallback: str) -> str:
     return pg.get_error_message().strip() or fallback
 
 
+def _result_error(result: pq.PGresult | None) -> str:
+    """The server's error text of a result ('' when there is none)."""
+    return result.get_error_message().strip() if result is not None else ""
+
+
 class WalConnection:
     """One walsender connection (`replication=database`): a few plain commands, then one
     START_REPLICATION whose messages `read` returns one payload at a time."""
 
     def __init__(self, dsn: str, options: str):
         self.pg = pq.PGconn.connect(conninfo.make_conninfo(dsn, replication="database", options=options).encode())
-        if self.pg.status != pq.ConnStatus.OK:
+        if self._broken():
             text = _message(self.pg, "connection refused")
             self.pg.finish()
             raise WalError(text, lost=True)
@@ -57,6 +62,9 @@ class WalConnection:
         self.wal_end = 0  # the server's sent position, from its last message
         self.flushed = 0  # the position last confirmed (the only flush position ever sent)
         self.last_status = 0.0
+
+    def _broken(self) -> bool:
+        return self.pg.status != pq.ConnStatus.OK
 
     def fileno(self) -> int:
         return self.pg.socket
@@ -67,8 +75,7 @@ class WalConnection:
         if result.status == pq.ExecStatus.COMMAND_OK:
             return None
         if result.status != pq.ExecStatus.TUPLES_OK:
-            lost = self.pg.status != pq.ConnStatus.OK
-            raise WalError(result.get_error_message().strip() or f"{command} failed", lost=lost)
+            raise WalError(_result_error(result) or f"{command} failed", lost=self._broken())
         raw = result.get_value(0, 0)
         return None if raw is None else bytes(raw).decode()
 
@@ -77,8 +84,7 @@ class WalConnection:
         self.pg.send_query(f'START_REPLICATION SLOT "{slot}" LOGICAL {start_lsn} ({opts})'.encode())
         result = self.pg.get_result()
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
-            text = result.get_error_message().strip() if result is not None else ""
-            raise WalError(text or _message(self.pg, "START_REPLICATION failed"), lost=self.pg.status != pq.ConnStatus.OK)
+            raise WalError(_result_error(result) or _message(self.pg, "START_REPLICATION failed"), lost=self._broken())
         self.pg.nonblocking = 1
         self.last_status = time.monotonic()
 
@@ -118,10 +124,9 @@ class WalConnection:
     def _ended(self, n: int) -> None:
         """The server ended the copy (-1: its error follows as a result) or the connection broke (-2)."""
         if n == -1:
-            result = self.pg.get_result()
-            text = result.get_error_message().strip() if result is not None else ""
+            text = _result_error(self.pg.get_result())
             raise WalError(text or _message(self.pg, "the server ended the replication stream"),
-                           lost=self.pg.status != pq.ConnStatus.OK or not text)
+                           lost=self._broken() or not text)
         raise WalError(_message(self.pg, "the replication connection broke"), lost=True)
 
     def confirm(self, flush_lsn: int) -> None:
