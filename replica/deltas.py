@@ -32,7 +32,10 @@ from htap.replica.warehouse import Warehouse, as_warehouse, fsync_path
 
 log = logging.getLogger(__name__)
 
-ROW_GROUP_ROWS = 128 * 1024
+# Rows per Parquet row group. A lookup by key reads (decodes) the one row group its key's min/max
+# statistics point to: 64k rows took 4.2 ms in DuckDB where 128k took 5.8 ms (1M-row file, same
+# process, interleaved), while a whole-file scan + aggregate cost the same (15.0 vs 15.5 ms).
+ROW_GROUP_ROWS = 64 * 1024
 
 
 def table_dir(table: TableInfo) -> str:
