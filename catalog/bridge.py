@@ -30,6 +30,7 @@ import traceback
 from htap.catalog.properties import set_property
 from htap.conf import HtapConfig, cached_config
 from htap.errors import DAMAGE_PREFIX, DamagedReplicaError, HtapError, NoSuchTableError
+from htap.pushdown import source_snapshot
 from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
 from htap.replica.health import damaged, file_damage, mark_damaged
@@ -141,7 +142,9 @@ def call(argv: list[str]) -> int:
                 renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))
             elif args.command == "release-leases":
-                print(json.dumps({"released": store.release_held([query_holder(o) for o in args.owners])}))
+                # The query ended: its leases, and the source snapshots its scans exported here.
+                released = store.release_held([query_holder(o) for o in args.owners])
+                print(json.dumps({"released": released, "snapshots": source_snapshot.release(args.owners)}))
             else:
                 print(json.dumps(report_damage(cfg, store, args.source, args.table_id, args.delta)))
         return 0

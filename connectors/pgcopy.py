@@ -35,6 +35,7 @@ from htap.connectors.pgtypes import (
     TIMESTAMP_POS_INFINITY,
     decode_text_column,
 )
+from htap.connectors.queryable import SNAPSHOT_GONE
 from htap.errors import PoisonError, SourceError, TableError
 
 SESSION = {"TimeZone": "UTC", "DateStyle": "ISO", "extra_float_digits": "3", "IntervalStyle": "iso_8601"}
@@ -139,6 +140,13 @@ def _error(e: BaseException, what: str) -> Exception:
     return SourceError(f"{what}: {detail}")
 
 
+def import_failure(e: BaseException) -> str:
+    """Why importing an exported snapshot failed, for a message: one that is gone (its exporter
+    ended: Postgres says "invalid snapshot identifier") is said plainly, with what to do."""
+    text = " ".join(str(e).split())
+    return SNAPSHOT_GONE if "invalid snapshot identifier" in text else re.sub(r"^\[libpq\]\s*", "", text)
+
+
 def read_arrow(dsn: str, query: str, output: pa.Schema, snapshot: str | None = None, what: str = "query on the source",
                prefetch: int = PREFETCH_BATCHES) -> Iterator[pa.RecordBatch]:
     """Run one SELECT on the source in a REPEATABLE READ, READ ONLY transaction (at the exported
@@ -205,7 +213,10 @@ def _read(dsn: str, query: str, output: pa.Schema, snapshot: str | None, what: s
                 cur.execute(f"SET {key} = {_literal(value)}")
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             if snapshot:
-                cur.execute(f"SET TRANSACTION SNAPSHOT {_literal(snapshot)}")
+                try:
+                    cur.execute(f"SET TRANSACTION SNAPSHOT {_literal(snapshot)}")
+                except adbc_driver_manager.Error as e:
+                    raise SourceError(f"{what}: cannot import snapshot {snapshot}: {import_failure(e)}") from e
             cur.adbc_statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)})
             body = re.sub(r"[\s;]+$", "", query)
             wrapped, text = _wrap(body, cur.adbc_execute_schema(body), output)

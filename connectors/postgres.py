@@ -834,5 +834,5 @@ def _import_snapshot(source: SourceConfig, name: str):
             cur.execute("SET TRANSACTION SNAPSHOT %s", (name,))
     except psycopg2.Error as e:
         conn.close()
-        raise SourceError(f"cannot import snapshot {name} on source {source.name}: {e}") from e
+        raise SourceError(f"cannot import snapshot {name} on source {source.name}: {pgcopy.import_failure(e)}") from e
     return conn

@@ -26,6 +26,14 @@ from htap.rewrite.subplan import PushedSubplan
 from htap.rewrite.tree import render_tree_over
 
 
+# Why a read could not import its query's exported snapshot (htap.pushdown.source_snapshot).
+SNAPSHOT_GONE = (
+    "the query's source snapshot is no longer held: spark-htap holds it while the query runs and releases it"
+    " when the query ends (at most 300 s), and this read started later (the same DataFrame's plan run again"
+    " after its query ended); run the query again from its SQL or DataFrame definition to read a new snapshot"
+)
+
+
 class SourceSnapshot(ABC):
     """An exported source snapshot and the replica seq whose state equals it; a context manager
     (the snapshot lives while it is open)."""

@@ -361,7 +361,7 @@ class HtapReader(DataSourceReader):
                 warehouse_problem=open_warehouse(cfg).unreachable(),
             )
             plan = plan_scan(store, request, subplan, window_s=cfg.window_s, pin_ttl_s=cfg.pin_ttl_s,
-                             export=lambda: export_held_snapshot(str(cfg.path), source.name),
+                             export=lambda: export_held_snapshot(str(cfg.path), source.name, owner=opts.lease_owner),
                              holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
             table = plan.table
             if plan.route.target == ROUTE_REPLICA and subplan.one_task:
@@ -440,7 +440,8 @@ class HtapReader(DataSourceReader):
             for t in tables
         ]
         plans = plan_scans(store, requests, [own for _name, own in reads], window_s=cfg.window_s,
-                           pin_ttl_s=cfg.pin_ttl_s, export=lambda: export_held_snapshot(str(cfg.path), source.name),
+                           pin_ttl_s=cfg.pin_ttl_s,
+                           export=lambda: export_held_snapshot(str(cfg.path), source.name, owner=opts.lease_owner),
                            holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
         if plans[0].route.target != ROUTE_REPLICA:
             what = " JOIN ".join(p.table.qualified_name for p in plans)

@@ -78,6 +78,42 @@ def test_failover_on_and_off_return_identical_results(workspace, spark, catalog,
     assert last_route(ws).route == "replica"
 
 
+def _exporters(ws) -> set[int]:
+    """Backends of source transactions holding an exported snapshot (htap.pushdown.source_snapshot)."""
+    return {pid for (pid,) in ws.sql("SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction'"
+                                      " AND query LIKE 'SELECT pg_export_snapshot()%'")}
+
+
+def test_a_failover_query_releases_its_source_snapshot_when_it_ends(workspace, spark, catalog, orders):
+    """The exported snapshot a failover query reads at is an open transaction on the source (a
+    busy backend, vacuum held back): it ends with the query, not minutes later. Running the
+    same DataFrame's plan again after that fails saying why and what to do, never reading a
+    different snapshot."""
+    from htap.replica.leases import QUERY_HOLDER_PREFIX
+
+    ws = workspace
+    q = AGG.format(t=f"{catalog}.{orders}")
+    earlier = _exporters(ws)  # of earlier tests' queries planned and never run, say
+    ws.htap("failover", orders, "on")
+    df = spark.sql(q)
+    assert normalized(df.collect()) == normalized(ws.sql(AGG.format(t=orders)))
+    assert last_route(ws).route == "source"
+    ws.htap("failover", orders, "off")
+    # A replica query after it: the driver releases each query's leases and snapshots in the
+    # order the queries ended, so once this one's lease is gone the first one's snapshot is too.
+    assert normalized(spark.sql(q).collect()) == normalized(ws.sql(AGG.format(t=orders)))
+    assert last_route(ws).route == "replica"
+
+    def query_leases() -> list:
+        with ws.store() as store:
+            return [p for p in store.live_pins(ws.table("orders").id) if p.holder.startswith(QUERY_HOLDER_PREFIX)]
+
+    wait_until(lambda: not query_leases(), None, "the replica query's lease released")
+    assert not _exporters(ws) - earlier
+    with pytest.raises(Exception, match="source snapshot is no longer held"):
+        df.collect()
+
+
 def test_automatic_failover_when_stale_or_unhealthy_and_recovery(workspace, spark, catalog, orders):
     ws = workspace
     q = f"SELECT * FROM {catalog}.{orders} WHERE region = 'r1'"
