@@ -74,3 +74,24 @@ def test_a_broadcast_join_prunes_the_htap_scan_at_run_time(workspace, spark, cat
     assert normalized(pruned) == normalized(want)
     (scanned,), (all_rows,) = pruned_counts, whole_counts
     assert scanned == len(want) and all_rows > 10 * scanned, (pruned_counts, whole_counts)
+
+
+@pytest.mark.parametrize("route", ["replica", "source"])
+def test_a_runtime_filter_of_many_keys_reads_their_range(workspace, spark, catalog, orders, route):
+    """More than 1,000 keys (HtapScan.MAX_RUNTIME_VALUES) are too many to send as an IN: the scan
+    reads the range from their least to their greatest key, and the join keeps the exact rows."""
+    ws = workspace
+    if route == "source":
+        ws.htap("failover", f"{orders}.orders", "on")
+    keys = list(range(3000, 6000, 2))  # 1,500
+    picked = [(k, "a") for k in keys] + [(k, "b") for k in (1, 19999)]
+    spark.createDataFrame(picked, "id int, tag string").createOrReplaceTempView("many")
+    q = (f"SELECT /*+ BROADCAST(p) */ o.id, o.customer, o.total, o.note FROM {catalog}.{orders}.orders o"
+         " JOIN many p ON o.id = p.id WHERE p.tag = 'a'")  # Spark prunes only by a side that filters
+    assert "dynamicpruning" in spark.sql("EXPLAIN " + q).collect()[0][0]
+    with spark_confs(spark, {DPP: "true"}):
+        pruned, (scanned,) = scan_rows(spark.sql(q))
+    want = ws.sql(f"SELECT id, customer, total, note FROM {orders}.orders WHERE id = ANY(%s)", (keys,))
+    assert pruned and normalized(pruned) == normalized(want)
+    (in_range,) = ws.sql(f"SELECT count(*) FROM {orders}.orders WHERE id BETWEEN 3000 AND 5998")[0]
+    assert scanned == in_range, (scanned, in_range)  # the range, not the table (about 18,000 rows)

@@ -21,7 +21,9 @@ import org.apache.spark.sql.connector.read.SupportsReportStatistics;
 import org.apache.spark.sql.connector.read.SupportsRuntimeV2Filtering;
 import org.apache.spark.sql.internal.connector.PredicateUtils;
 import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.sources.GreaterThanOrEqual;
 import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.LessThanOrEqual;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
 import org.apache.spark.sql.types.StructType;
@@ -32,8 +34,16 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * estimates from the metadata (so Spark broadcasts small tables in joins).
  */
 public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntimeV2Filtering {
-  /** A runtime IN filter with more values than this is not applied (the pruning is optional). */
+  /** A runtime IN filter with more values than this is applied as the range of its values. */
   static final int MAX_RUNTIME_VALUES = 1000;
+  /**
+   * Value types whose order is the same in Java, the replica and every source (so the range of an
+   * IN's values holds all of them): no strings (collations differ) and no floating point.
+   */
+  private static final java.util.Set<Class<?>> RANGE_TYPES = java.util.Set.of(
+      Byte.class, Short.class, Integer.class, Long.class, java.math.BigDecimal.class,
+      java.sql.Date.class, java.time.LocalDate.class, java.sql.Timestamp.class, java.time.Instant.class,
+      java.time.LocalDateTime.class);
   /** The pushed subplan as planned, before any runtime filter was added (see {@link #filter}). */
   private String plannedPushed;
 
@@ -188,8 +198,9 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
    * Add Spark's runtime filters to the pushed subplan; the scan's Python reader is built again
    * with them. (Spark then plans the partitions again, but reads them with the reader factory of
    * the first plan: each partition carries its own pushed subplan, so that is exact.) Only IN
-   * filters of up to MAX_RUNTIME_VALUES values are taken; others are left out: Spark's join
-   * drops the rows anyway.
+   * filters are taken: of up to MAX_RUNTIME_VALUES values as they are, longer ones as the range
+   * [min, max] of their values where that range surely holds them all (RANGE_TYPES), else not at
+   * all. A range keeps rows the IN would not: Spark's join drops them.
    */
   @Override
   public synchronized void filter(Predicate[] predicates) {
@@ -200,9 +211,11 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
       Filter f = v1.get();
       // Only a whole IN (what dynamic partition pruning sends): toV1 can convert a part of a
       // compound predicate, and that part as the whole would drop rows.
-      if (!p.name().equals("IN") || !(f instanceof In) || ((In) f).values().length > MAX_RUNTIME_VALUES) continue;
-      ObjectNode json = PushedJson.filter(f);
-      if (json != null) added.add(json);
+      if (!p.name().equals("IN") || !(f instanceof In)) continue;
+      for (Filter one : ((In) f).values().length > MAX_RUNTIME_VALUES ? range((In) f) : List.of(f)) {
+        ObjectNode json = PushedJson.filter(one);
+        if (json != null) added.add(json);
+      }
     }
     if (added.isEmpty()) return;
     if (plannedPushed == null) plannedPushed = options.get("pushed");
@@ -215,6 +228,22 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
       return;  // not a pushed subplan this scan can add filters to
     }
     python = null;  // rebuilt with the new subplan
+  }
+
+  /** `min <= col AND col <= max` of a long IN's non-null values; none if their order is unsure. */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  static List<Filter> range(In in) {
+    Comparable min = null;
+    Comparable max = null;
+    for (Object v : in.values()) {
+      if (v == null) continue;  // matches nothing
+      if (!RANGE_TYPES.contains(v.getClass()) || (min != null && v.getClass() != min.getClass())) return List.of();
+      Comparable c = (Comparable) v;
+      if (min == null || c.compareTo(min) < 0) min = c;
+      if (max == null || c.compareTo(max) > 0) max = c;
+    }
+    if (min == null) return List.of();
+    return List.of(new GreaterThanOrEqual(in.attribute(), min), new LessThanOrEqual(in.attribute(), max));
   }
 
   @Override
