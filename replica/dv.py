@@ -364,6 +364,7 @@ class _Sidecar:
 
 
 def _read_sidecar(path: Path) -> tuple[_Sidecar, int]:
+    """A sidecar's entries, and their number as the cache's weight (htap.replica.dv._ParsedFiles)."""
     # One thread: a sidecar is small, and handing its columns to a thread pool costs more than
     # decoding them (2x on a loaded machine).
     table = pq.ParquetFile(path, read_dictionary=["target"]).read(columns=["target", "row", "seq"], use_threads=False)
@@ -412,7 +413,9 @@ class _ParsedFiles:
         return value
 
 
-PARSED_BUDGET = 4_000_000  # sidecar entries (~20 bytes each) a process keeps parsed
+# Sidecar entries (20 bytes each: ~40 MB) a process keeps parsed: every Python worker of a Spark
+# executor keeps its own.
+PARSED_BUDGET = 2_000_000
 _PARSED = _ParsedFiles(PARSED_BUDGET)
 
 
