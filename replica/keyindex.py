@@ -16,7 +16,10 @@ now (`sync`). Deltas only added since (checkpoints of another process or after t
 was written, a checkpoint whose delta carried no deletion vectors): it reads just those; any
 delta gone that it was not told about (a compaction or repartition of another process or since
 the stored copy was written, a checkpoint that wrote a delta and then failed before its
-commit): it is dropped and rebuilt from the live deltas. Delta paths are never reused and
+commit): its entries go, and the keys they were for are looked up again in the live deltas
+(`_drop`, `_look_up`), so it ends exactly as a rebuild would, at the cost of reading the added
+deltas and finding the orphaned keys (a semi-join on the key columns) instead of indexing every
+live version. Delta paths are never reused and
 deltas are immutable, so equal path sets mean equal contents: the index cannot be stale. A
 compaction in this process updates it in place (`replace`), under the partition's writer lock,
 when it was current.
@@ -190,16 +193,17 @@ class KeyIndex:
     # --- keeping it current ----------------------------------------------------------------------
 
     def missing(self, live: list[str]) -> list[str]:
-        """The deltas `sync(live)` will read: none when current, the added ones when deltas were
-        only added, else all of `live` (a rebuild)."""
+        """The deltas `sync(live)` may read: none when current, the added ones when deltas were
+        only added, else all of `live` (the added ones, and the others for the keys whose
+        entries were in the deltas gone)."""
         now = frozenset(live)
         if self.built and self.covers <= now:
             return sorted(now - self.covers)
         return list(live)
 
     def sync(self, root: Path, live: list[str]) -> None:
-        """Make the index cover exactly `live` (relative paths under `root`; only those
-        `missing` names are read)."""
+        """Make the index cover exactly `live` (relative paths under `root`): read the deltas
+        added since it was current, and catch up with the ones gone (`_drop`)."""
         now = frozenset(live)
         opened, self.opened = self.opened, None
         if self.built and self.covers == now:
@@ -207,14 +211,60 @@ class KeyIndex:
             return
         started = time.perf_counter()
         stale = self.built and not self.covers <= now
-        if stale:
-            self._reset()
+        orphans = self._drop(self.covers - now) if stale else None
+        kept = sorted(self.covers) if self.built else []
         need = self.missing(live)
         for rel in need:
             self._add_file(root, rel)
+        if orphans is not None and orphans.num_rows and kept:
+            self._look_up(root, kept, orphans)
         self.covers, self.built = now, True
         self._touch()
         self._tell(opened, len(need), stale, time.perf_counter() - started)
+
+    def _drop(self, gone: frozenset[str]) -> pa.Table:
+        """Forget the deltas `gone` (compacted away, or written by a checkpoint that never
+        committed): their entries go, and the keys those entries were for are returned. Each such
+        key's newest live version is then in a delta added since (read next) or in one the index
+        still covers (`_look_up`): whatever removed them, the index ends as a rebuild would."""
+        codes = np.array([self._codes[r] for r in gone if r in self._codes], dtype=np.int32)
+        drop = np.isin(self.target, codes)
+        orphans = self.keys.filter(pa.array(drop))
+        self._keep(~drop)
+        self.covers = self.covers - gone
+        return orphans
+
+    def _look_up(self, root: Path, kept: list[str], orphans: pa.Table) -> None:
+        """Record the newest version of each of `orphans` (keys whose entry `_drop` removed) in
+        the deltas `kept`, unless the index has a newer one (from the deltas added since)."""
+        names = ", ".join(_q(c) for c in self.schema.names)
+        con = engine.cursor()
+        try:
+            con.register("__htap_orphans", orphans)
+            for rel in kept:
+                path = str(root / rel).replace("'", "''")
+                data = con.sql(
+                    f"SELECT {names}, {_q(SEQ)}, file_row_number AS __row FROM read_parquet('{path}',"
+                    f" file_row_number = true) SEMI JOIN __htap_orphans USING ({names})"
+                    f" ORDER BY {names}, {_q(SEQ)} DESC"
+                ).to_arrow_table()
+                if data.num_rows:
+                    first, _ = newest_per_key(data, self.schema.names)
+                    self._put(data.select(self.schema.names).take(pa.array(first)).cast(self.schema),
+                              self._code(rel), data.column("__row").to_numpy()[first],
+                              data.column(SEQ).to_numpy()[first])
+        finally:
+            con.close()
+
+    def _keep(self, keep: np.ndarray) -> None:
+        """Keep only the entries where `keep` is set (a boolean per entry)."""
+        if keep.all():
+            return
+        new_id = np.cumsum(keep) - 1
+        kept_pairs = keep[self.order]
+        self.h, self.order = self.h[kept_pairs], new_id[self.order[kept_pairs]]
+        self.keys = self.keys.filter(pa.array(keep))
+        self.target, self.row, self.seq = self.target[keep], self.row[keep], self.seq[keep]
 
     def _tell(self, opened: str | None, read: int, stale: bool, seconds: float) -> None:
         """Say how a process's first use of the partition's index went (after `of`)."""
@@ -225,12 +275,15 @@ class KeyIndex:
             log.info("key index of %s: the stored one used (%d keys; %d deltas added since it was written, read in"
                      " %.3f s)", self.folder, len(self), read, seconds)
             return
-        outcome = "stale" if opened == "loaded" else opened
-        KEY_INDEX_OPENS.labels(outcome).inc()
-        why = {"stale": "the stored one covers deltas no longer live (a compaction or an uncommitted checkpoint since"
-                        " it was written)",
-               "damaged": "the stored one is damaged", "missing": "none stored"}[outcome]
-        log.log(logging.INFO if outcome == "missing" else logging.WARNING,
+        if opened == "loaded":  # and stale
+            KEY_INDEX_OPENS.labels("stale").inc()
+            log.info("key index of %s: the stored one caught up in %.3f s (%d keys): it covered deltas no longer live"
+                     " (compacted, or of a checkpoint that never committed), whose keys were looked up again; %d"
+                     " deltas added since were read", self.folder, seconds, len(self), read)
+            return
+        KEY_INDEX_OPENS.labels(opened).inc()
+        why = {"damaged": "the stored one is damaged", "missing": "none stored"}[opened]
+        log.log(logging.INFO if opened == "missing" else logging.WARNING,
                 "key index of %s: rebuilt from %d deltas in %.3f s (%s)", self.folder, read, seconds, why)
 
     def _add_file(self, root: Path, rel: str) -> None:
@@ -269,12 +322,7 @@ class KeyIndex:
                 self.covers = (self.covers - set(removed)) | {added}
                 self._touch()
                 return
-        if not keep.all():
-            new_id = np.cumsum(keep) - 1
-            kept_pairs = keep[self.order]
-            self.h, self.order = self.h[kept_pairs], new_id[self.order[kept_pairs]]
-            self.keys = self.keys.filter(pa.array(keep))
-            self.target, self.row, self.seq = self.target[keep], self.row[keep], self.seq[keep]
+        self._keep(keep)
         self._put(keys, self._code(added), first, seqs, h)
         self.covers = (self.covers - set(removed)) | {added}
         self._touch()

@@ -65,13 +65,24 @@ def test_the_index_answers_what_a_scan_of_the_live_deltas_answers(tmp_path_facto
         seq += 1
         new = delta(versions)
         rel = f"p/{uuid.uuid4().hex}.parquet"
-        what = data.draw(st.sampled_from(["current", "dropped", "behind", "delta removed"]), label="index state")
+        what = data.draw(st.sampled_from(["current", "dropped", "behind", "delta removed", "newest removed",
+                                          "merged elsewhere"]), label="index state")
         if what == "dropped":
             index = KeyIndex(SCHEMA)  # e.g. a restart: built from the deltas at first use
         elif what == "behind" and live:
             index.covers = index.covers - {live[-1]}  # as if another process wrote the last delta
         elif what == "delta removed" and len(live) > 1:
-            live.pop(0)  # behind its back (a compaction elsewhere): never trusted, rebuilt
+            live.pop(0)  # behind its back: its keys are found again in the others
+        elif what == "newest removed" and live:
+            live.pop()  # a checkpoint that never committed: its keys' older versions count again
+        elif what == "merged elsewhere" and len(live) > 1:
+            # Another process merged two deltas (any two: a tier is picked by size), keeping every version.
+            i, j = sorted(data.draw(st.lists(st.integers(0, len(live) - 1), min_size=2, max_size=2, unique=True),
+                                    label="merged"))
+            both = pa.concat_tables([pq.read_table(root / live[i]), pq.read_table(root / live[j])])
+            merged = both.sort_by([("a", "ascending"), ("b", "ascending"), (SEQ, "descending")])
+            live[i:i + 1] = [write(root, merged)]
+            live.pop(j)
         want = entries(dv.superseded(new, KEY, root, live))
         index.sync(root, live)
         assert index.covers == frozenset(live)

@@ -122,9 +122,10 @@ def test_stored_hashes_that_differ_from_the_keys_are_caught(partition):
     assert "hashed by" in keyindex_file.read(folder, SCHEMA, "another hash", keyindex.hashes)
 
 
-def test_a_stale_stored_index_is_rebuilt(partition):
+def test_a_stale_stored_index_is_caught_up(partition):
     """One covering a delta no longer live (compacted away since it was written, or written by a
-    checkpoint that never committed) is rebuilt from the live deltas."""
+    checkpoint that never committed) drops that delta's entries and finds their keys again in
+    the live deltas: it answers what a rebuild answers."""
     root, folder, live = partition
     before = opens("stale")
     index = reopened(folder)
