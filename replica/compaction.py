@@ -198,7 +198,7 @@ def _swap_in_index(warehouse: Warehouse, table: TableInfo, part: int, live: list
     if it was current before it. In place only where that is exact: a tier merge keeps every
     version of its inputs; a base merge folds some away, which is exact only if every other live
     delta is newer than all its inputs (then no key's newest version can fall back to an older
-    delta). Otherwise the index is dropped: the next checkpoint rebuilds it."""
+    delta). Otherwise it is left covering the inputs: the next checkpoint's `sync` catches it up."""
     folder = warehouse.lock_dir(partition_dir(table, part))
     index = keyindex.peek(folder)
     if index is None:
@@ -208,7 +208,6 @@ def _swap_in_index(warehouse: Warehouse, table: TableInfo, part: int, live: list
             return  # not current: its next use rebuilds or catches it up anyway
         newest_input = max(d.max_seq for d in inputs)
         if data.num_rows != sum(d.rows for d in inputs) and not all(o.min_seq > newest_input for o in others):
-            keyindex.forget(folder)
             return
         index.replace([d.path for d in inputs], added, data)
 
