@@ -17,9 +17,9 @@ was written, a checkpoint whose delta carried no deletion vectors): it reads jus
 delta gone that it was not told about (a compaction or repartition of another process or since
 the stored copy was written, a checkpoint that wrote a delta and then failed before its
 commit): its entries go, and the keys they were for are looked up again in the live deltas
-(`_drop`, `_look_up`), so it ends exactly as a rebuild would, at the cost of reading the added
-deltas and finding the orphaned keys (a semi-join on the key columns) instead of indexing every
-live version. Delta paths are never reused and
+(`_catch_up`), so it ends exactly as a rebuild would, at the cost of reading the added deltas
+and finding the orphaned keys (a semi-join on the key columns) instead of indexing every live
+version. Delta paths are never reused and
 deltas are immutable, so equal path sets mean equal contents: the index cannot be stale. A
 compaction in this process updates it in place (`replace`), under the partition's writer lock,
 when it was current.
@@ -203,7 +203,7 @@ class KeyIndex:
 
     def sync(self, root: Path, live: list[str]) -> None:
         """Make the index cover exactly `live` (relative paths under `root`): read the deltas
-        added since it was current, and catch up with the ones gone (`_drop`)."""
+        added since it was current, and catch up with the ones gone (`_catch_up`)."""
         now = frozenset(live)
         opened, self.opened = self.opened, None
         if self.built and self.covers == now:
@@ -211,37 +211,40 @@ class KeyIndex:
             return
         started = time.perf_counter()
         stale = self.built and not self.covers <= now
-        orphans = self._drop(self.covers - now) if stale else None
-        kept = sorted(self.covers) if self.built else []
+        gone = self.covers - now if stale else frozenset()
+        self.covers = self.covers - gone
         need = self.missing(live)
         for rel in need:
             self._add_file(root, rel)
-        if orphans is not None and orphans.num_rows and kept:
-            self._look_up(root, kept, orphans)
+        if gone:
+            self._catch_up(root, gone, sorted(now))
         self.covers, self.built = now, True
         self._touch()
         self._tell(opened, len(need), stale, time.perf_counter() - started)
 
-    def _drop(self, gone: frozenset[str]) -> pa.Table:
-        """Forget the deltas `gone` (compacted away, or written by a checkpoint that never
-        committed): their entries go, and the keys those entries were for are returned. Each such
-        key's newest live version is then in a delta added since (read next) or in one the index
-        still covers (`_look_up`): whatever removed them, the index ends as a rebuild would."""
+    def _catch_up(self, root: Path, gone: frozenset[str], live: list[str]) -> None:
+        """After the deltas added since were read: forget the deltas `gone` (compacted away, or
+        written by a checkpoint that never committed). An entry the added deltas did not replace
+        with a version at least as new still points into them: it goes, and its key is looked up
+        again in the live deltas. Whatever removed them, the index then ends as a rebuild would:
+        an entry in a live delta is the newest of a superset of the live versions. (A compaction's
+        output holds its inputs' newest versions, so after one only the keys of folded deletes
+        and of an uncommitted delta are looked up.)"""
         codes = np.array([self._codes[r] for r in gone if r in self._codes], dtype=np.int32)
-        drop = np.isin(self.target, codes)
-        orphans = self.keys.filter(pa.array(drop))
-        self._keep(~drop)
-        self.covers = self.covers - gone
-        return orphans
+        orphaned = np.isin(self.target, codes)
+        if orphaned.any():
+            orphans = self.keys.filter(pa.array(orphaned))
+            self._keep(~orphaned)
+            self._look_up(root, live, orphans)
 
-    def _look_up(self, root: Path, kept: list[str], orphans: pa.Table) -> None:
-        """Record the newest version of each of `orphans` (keys whose entry `_drop` removed) in
-        the deltas `kept`, unless the index has a newer one (from the deltas added since)."""
+    def _look_up(self, root: Path, deltas: list[str], orphans: pa.Table) -> None:
+        """Record the newest version of each of `orphans` (keys the index has no entry for) in
+        `deltas`."""
         names = ", ".join(_q(c) for c in self.schema.names)
         con = engine.cursor()
         try:
             con.register("__htap_orphans", orphans)
-            for rel in kept:
+            for rel in deltas:
                 path = str(root / rel).replace("'", "''")
                 data = con.sql(
                     f"SELECT {names}, {_q(SEQ)}, file_row_number AS __row FROM read_parquet('{path}',"
