@@ -130,10 +130,15 @@ def _convert(batch: pa.RecordBatch, output: pa.Schema, text: list[bool]) -> pa.R
     return pa.RecordBatch.from_arrays(arrays, schema=output)
 
 
+def _detail(e: BaseException) -> str:
+    """A driver error's first line, without libpq's prefix."""
+    detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"^\[libpq\]\s*", "", detail)
+
+
 def _error(e: BaseException, what: str) -> Exception:
     """A driver error as ours: a problem of the table or query (TableError) or of the source."""
-    detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    detail = re.sub(r"^\[libpq\]\s*", "", detail)
+    detail = _detail(e)
     state = getattr(e, "sqlstate", None) or ""
     if state.startswith("42") or state.startswith("22"):  # privileges, names, data
         return TableError(f"{what}: {detail}")
@@ -143,8 +148,7 @@ def _error(e: BaseException, what: str) -> Exception:
 def import_failure(e: BaseException) -> str:
     """Why importing an exported snapshot failed, for a message: one that is gone (its exporter
     ended: Postgres says "invalid snapshot identifier") is said plainly, with what to do."""
-    text = " ".join(str(e).split())
-    return SNAPSHOT_GONE if "invalid snapshot identifier" in text else re.sub(r"^\[libpq\]\s*", "", text)
+    return SNAPSHOT_GONE if "invalid snapshot identifier" in str(e) else _detail(e)
 
 
 def read_arrow(dsn: str, query: str, output: pa.Schema, snapshot: str | None = None, what: str = "query on the source",

@@ -336,8 +336,6 @@ class HtapReader(DataSourceReader):
         from htap.pushdown.planning import ScanRequest, plan_scan
         from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access, source_ranges
-        from htap.pushdown.source_snapshot import export_held_snapshot
-        from htap.replica.leases import query_holder
         from htap.replica.warehouse import open_warehouse
         from htap.rewrite.subplan import PushedSubplan
 
@@ -361,8 +359,7 @@ class HtapReader(DataSourceReader):
                 warehouse_problem=open_warehouse(cfg).unreachable(),
             )
             plan = plan_scan(store, request, subplan, window_s=cfg.window_s, pin_ttl_s=cfg.pin_ttl_s,
-                             export=lambda: export_held_snapshot(str(cfg.path), source.name, owner=opts.lease_owner),
-                             holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
+                             **_held_by_query(cfg, source, opts))
             table = plan.table
             if plan.route.target == ROUTE_REPLICA and subplan.one_task:
                 # Every partition in one task and one DuckDB query: its aggregate, order and limit
@@ -409,8 +406,6 @@ class HtapReader(DataSourceReader):
         from htap.pushdown.planning import ScanRequest, plan_scans
         from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access
-        from htap.pushdown.source_snapshot import export_held_snapshot
-        from htap.replica.leases import query_holder
         from htap.replica.warehouse import open_warehouse
 
         source = cfg.source(opts.source)
@@ -440,9 +435,7 @@ class HtapReader(DataSourceReader):
             for t in tables
         ]
         plans = plan_scans(store, requests, [own for _name, own in reads], window_s=cfg.window_s,
-                           pin_ttl_s=cfg.pin_ttl_s,
-                           export=lambda: export_held_snapshot(str(cfg.path), source.name, owner=opts.lease_owner),
-                           holder=query_holder(opts.lease_owner) if opts.lease_owner else None)
+                           pin_ttl_s=cfg.pin_ttl_s, **_held_by_query(cfg, source, opts))
         if plans[0].route.target != ROUTE_REPLICA:
             what = " JOIN ".join(p.table.qualified_name for p in plans)
             self._partitions = [JoinedSourcePartition(str(cfg.path), source.name, tuple(p.table.id for p in plans),
@@ -582,6 +575,16 @@ class HtapReader(DataSourceReader):
             # fail over instead of failing again (DAMAGE_MARKER); executors never write the
             # metadata store.
             raise DamagedReplicaError(damage_report(partition.table_id, plan, e)) from e
+
+
+def _held_by_query(cfg, source, opts: ScanOptions) -> dict:
+    """What a scan's planning holds for its query, by the scan's lease owner (the driver releases
+    both when the query ends): its leases (`holder`), and the source snapshot it may export."""
+    from htap.pushdown.source_snapshot import export_held_snapshot
+    from htap.replica.leases import query_holder
+
+    return {"export": lambda: export_held_snapshot(str(cfg.path), source.name, owner=opts.lease_owner),
+            "holder": query_holder(opts.lease_owner) if opts.lease_owner else None}
 
 
 def _agreement(opts: ScanOptions, cfg, source: str, snapshot: str | None, what: str):
