@@ -90,27 +90,38 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     List<Predicate> pushed = new ArrayList<>();
     List<Predicate> rest = new ArrayList<>();
     for (Predicate p : predicates) {
-      // The V1 form only when it is the whole predicate: Spark's toV1 can return a V1 filter for
-      // part of a compound predicate (for `s LIKE 'x%' OR length(s) > 9` it gave the LIKE alone),
-      // and pushing that part as the whole would drop rows. Anything else goes the typed (V2Json)
-      // way or stays in Spark.
-      scala.Option<Filter> v1 = PredicateUtils.toV1(p);
-      ObjectNode json = v1.isDefined() && sameShape(p, v1.get()) ? PushedJson.filter(v1.get()) : null;
-      if (json != null) {
-        filterJson.add(json);
-        pushed.add(p);
-        continue;
+      try {
+        if (pushPredicate(p, ansi)) {
+          pushed.add(p);
+          continue;
+        }
+      } catch (Throwable t) {
+        Fallbacks.record("filter pushdown", tableName, p, t);
       }
-      V2Json.Typed typed = V2Json.translate(p, tableSchema, ansi);
-      if (typed != null && typed.type instanceof BooleanType) {
-        whereJson.add(typed.json);
-        pushed.add(p);
-      } else {
-        rest.add(p);
-      }
+      rest.add(p);
     }
     pushedPredicates = pushed.toArray(new Predicate[0]);
     return rest.toArray(new Predicate[0]);
+  }
+
+  /** Whether {@code p} was translated and taken into the pushed filters. */
+  private boolean pushPredicate(Predicate p, boolean ansi) {
+    // The V1 form only when it is the whole predicate: Spark's toV1 can return a V1 filter for
+    // part of a compound predicate (for `s LIKE 'x%' OR length(s) > 9` it gave the LIKE alone),
+    // and pushing that part as the whole would drop rows. Anything else goes the typed (V2Json)
+    // way or stays in Spark.
+    scala.Option<Filter> v1 = PredicateUtils.toV1(p);
+    ObjectNode json = v1.isDefined() && sameShape(p, v1.get()) ? PushedJson.filter(v1.get()) : null;
+    if (json != null) {
+      filterJson.add(json);
+      return true;
+    }
+    V2Json.Typed typed = V2Json.translate(p, tableSchema, ansi);
+    if (typed != null && typed.type instanceof BooleanType) {
+      whereJson.add(typed.json);
+      return true;
+    }
+    return false;
   }
 
   /** Whether the V1 filter {@code f} has every AND/OR/NOT node of {@code p}, down to leaves that
@@ -188,6 +199,16 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   @Override
   public boolean pushDownJoin(SupportsPushDownJoin other, JoinType joinType, ColumnWithAlias[] leftColumns,
                               ColumnWithAlias[] rightColumns, Predicate condition) {
+    try {
+      return join(other, joinType, leftColumns, rightColumns, condition);
+    } catch (Throwable t) {
+      Fallbacks.record("join pushdown", tableName, joinType + " ON " + condition, t);
+      return false;
+    }
+  }
+
+  private boolean join(SupportsPushDownJoin other, JoinType joinType, ColumnWithAlias[] leftColumns,
+                       ColumnWithAlias[] rightColumns, Predicate condition) {
     String type = JoinedTables.joinType(joinType);
     if (type == null || !isOtherSideCompatibleForJoin(other)) return false;
     JoinedTables left = tables();
@@ -334,6 +355,15 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
 
   @Override
   public boolean pushAggregation(Aggregation aggregation) {
+    try {
+      return aggregate(aggregation);
+    } catch (Throwable t) {
+      Fallbacks.record("aggregate pushdown", tableName, aggregation, t);
+      return false;
+    }
+  }
+
+  private boolean aggregate(Aggregation aggregation) {
     boolean ansi = SQLConf.get().ansiEnabled();
     boolean complete = supportCompletePushDown(aggregation);
     ObjectNode json = PushedJson.MAPPER.createObjectNode();
@@ -448,6 +478,15 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    */
   @Override
   public boolean pushTopN(SortOrder[] orders, int n) {
+    try {
+      return topN(orders, n);
+    } catch (Throwable t) {
+      Fallbacks.record("top-N pushdown", tableName, java.util.Arrays.toString(orders) + " LIMIT " + n, t);
+      return false;
+    }
+  }
+
+  private boolean topN(SortOrder[] orders, int n) {
     if (aggregationJson != null && !completeAggregation) return false;
     boolean ansi = SQLConf.get().ansiEnabled();
     ArrayNode keys = PushedJson.MAPPER.createArrayNode();

@@ -79,6 +79,15 @@ public class HtapSubtreeStrategy extends SparkStrategy {
           + "' (true: a subtree over HTAP tables of one source runs as one scan; false: each scan is planned on its own)");
     }
     if (on.equalsIgnoreCase("false")) return List$.MODULE$.empty();
+    try {
+      return planned(plan);
+    } catch (Throwable t) {
+      Fallbacks.record("whole-subtree planning", Integer.toHexString(plan.semanticHash()), plan, t);
+      return List$.MODULE$.empty();
+    }
+  }
+
+  private Seq<SparkPlan> planned(LogicalPlan plan) {
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
     Absorbed done = built(target);
@@ -91,11 +100,20 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     return CollectionConverters.asScala(List.<SparkPlan>of(top)).toList();
   }
 
-  /** The one scan for {@code plan}'s subtree (built once per plan), or null. */
+  /**
+   * The one scan for {@code plan}'s subtree (built once per plan), or null. Total: an error while
+   * translating the subtree is a fallback (logged once, counted; {@link Fallbacks}) and leaves
+   * the subtree to Spark, whose children are then offered again.
+   */
   private static Absorbed built(LogicalPlan plan) {
     Absorbed done = BUILT.get(plan);
     if (done == null) {
-      done = absorb(plan);
+      try {
+        done = absorb(plan);
+      } catch (Throwable t) {
+        Fallbacks.record("whole-subtree pushdown", Integer.toHexString(plan.semanticHash()), plan, t);
+        return null;
+      }
       if (done != null) BUILT.put(plan, done);
     }
     return done;

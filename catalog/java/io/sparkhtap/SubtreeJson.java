@@ -174,7 +174,7 @@ final class SubtreeJson {
     }
     if (p instanceof Join) {
       Join j = (Join) p;
-      String type = joinType(j.joinType().sql());
+      String type = joinType(j.joinType());
       if (type == null) return null;
       Set<Long> ids = new HashSet<>();
       for (Attribute a : CollectionConverters.asJava(j.left().output())) ids.add(a.exprId().id());
@@ -305,8 +305,10 @@ final class SubtreeJson {
     return out;
   }
 
-  private static String joinType(String sql) {
-    switch (sql) {
+  /** Our name of a join type, or null (ExistenceJoin's own sql() throws: it is asked nothing). */
+  private static String joinType(org.apache.spark.sql.catalyst.plans.JoinType t) {
+    if (t instanceof org.apache.spark.sql.catalyst.plans.ExistenceJoin) return null;
+    switch (t.sql()) {
       case "INNER": return "inner";
       case "CROSS": return "cross";
       case "LEFT OUTER": return "left";
