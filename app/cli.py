@@ -17,8 +17,6 @@ import time
 import tomllib
 from pathlib import Path
 
-import pyarrow as pa
-
 from htap.app.status import source_statuses, table_statuses
 from htap.catalog.properties import set_property
 from htap.conf import SOURCE_KINDS, load_config, parse_config, remove_source, render_config, resolve_config_path

@@ -17,7 +17,7 @@ from htap.replica.metadata import MetadataStore
 from htap.replica.models import STATE_FAILED, STATE_UNHEALTHY, TableInfo
 from htap.replica.snapshot import pin_and_plan
 from htap.replica.warehouse import open_warehouse
-from htap.rewrite.subplan import Aggregate, PushedSubplan
+from htap.rewrite.pushed import count_plan
 from htap.seq import PLAIN
 
 
@@ -46,7 +46,7 @@ def current_rows(cfg: HtapConfig, store: MetadataStore, table: TableInfo) -> int
     if not table.readable:
         return None
     out = pa.schema([pa.field("n", pa.int64())])
-    count = PushedSubplan(aggregates=(Aggregate("count_star"),))
+    count = count_plan(table.qualified_name)
     total = 0
     for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
         for batch in read_plan(open_warehouse(cfg), table.qualified_name, table.arrow_schema, list(table.key), plan, count, out):

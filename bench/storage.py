@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import statistics
@@ -44,11 +43,29 @@ from htap.replica.metadata import MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, Column, encode_schema
 from htap.replica.partitions import encode_bounds
 from htap.replica.snapshot import pin_and_plan, plan_reads
-from htap.rewrite.subplan import Aggregate, Literal, Predicate, PushedSubplan
+from htap.rewrite.pushed import Expr, Literal, PushedPlan, table_plan
 
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("amount", pa.float64()), ("qty", pa.int32())])
 REGIONS = np.array(["emea", "amer", "apac", "latam"])
-AGG = PushedSubplan(group_by=("region",), aggregates=(Aggregate("count_star"), Aggregate("sum", "amount"), Aggregate("max", "qty")))
+
+def _aggregate(partial: bool) -> PushedPlan:
+    """`SELECT region, count(*), sum(amount), max(qty) GROUP BY region`: per partition (partial, as
+    Spark's split scans get it) or over every partition in one task."""
+    columns = ["region", "amount", "qty"]
+    plan = {"ir": 2, "scans": [{"table": "bench.t", "columns": columns}], "root": {
+        "node": "aggregate", "child": {"node": "scan", "scan": 0, "output": columns}, "partial": partial,
+        "group_by": [{"col": "region", "type": "string"}],
+        "exprs": [{"name": "region", "expr": {"col": "region", "type": "string"}},
+                  {"name": "n", "expr": {"agg": "count_star", "type": "bigint"}},
+                  {"name": "s", "expr": {"agg": "sum", "args": [{"col": "amount", "type": "double"}], "type": "double"}},
+                  {"name": "m", "expr": {"agg": "max", "args": [{"col": "qty", "type": "int"}], "type": "int"}}]}}
+    if partial:
+        plan["split"] = 0
+    return PushedPlan.from_dict(plan)
+
+
+AGG = _aggregate(partial=True)
+AGG_ONE_TASK = _aggregate(partial=False)
 AGG_OUT = pa.schema([("region", pa.string()), ("n", pa.int64()), ("s", pa.float64()), ("m", pa.int32())])
 
 
@@ -148,7 +165,7 @@ def scan_replica_one_task(store, table, warehouse, cfg) -> pa.Table:
     """Every partition in one DuckDB query, the aggregate complete (a one-task scan's read)."""
     plans = pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, cfg.pin_ttl_s)
     read = JoinedTableRead("bench", SCHEMA, ["id"], tuple(plans))
-    return pa.Table.from_batches(list(read_joined(warehouse, [read], dataclasses.replace(AGG, one_task=True), AGG_OUT)), AGG_OUT)
+    return pa.Table.from_batches(list(read_joined(warehouse, [read], AGG_ONE_TASK, AGG_OUT)), AGG_OUT)
 
 
 def scan_floor_one_task(store, table, warehouse) -> pa.Table:
@@ -239,10 +256,11 @@ def main(argv=None) -> int:
         lookups = []
         ids = rng.integers(0, args.rows, 200)
         for k in ids:
-            sub = PushedSubplan(columns=("id", "region", "amount", "qty"), filters=(Predicate("eq", "id", Literal("long", int(k))),))
+            lookup = Expr.call("=", "boolean", Expr.column("id", "bigint"), Expr.literal(Literal("long", int(k)), "bigint"))
+            sub = table_plan("bench.t", ("id", "region", "amount", "qty"), (lookup,))
             t0 = time.perf_counter()
             got = []
-            for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, cfg.pin_ttl_s, sub):
+            for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, cfg.pin_ttl_s, sub.scans[0].filter):
                 got += list(read_plan(warehouse, "bench", SCHEMA, ["id"], plan, sub, SCHEMA))
             lookups.append(time.perf_counter() - t0)
             assert sum(b.num_rows for b in got) == 1

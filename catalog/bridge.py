@@ -30,7 +30,8 @@ import traceback
 from htap.catalog.properties import set_property
 from htap.conf import HtapConfig, cached_config
 from htap.errors import DAMAGE_PREFIX, DamagedReplicaError, HtapError, NoSuchTableError
-from htap.pushdown import source_snapshot
+from htap.connectors.registry import open_queryable
+from htap.pushdown import plan_check, source_snapshot
 from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
 from htap.replica.health import damaged, file_damage, mark_damaged
@@ -112,6 +113,9 @@ def _parser() -> _Parser:
     pr.add_argument("schema", help="the read schema, Spark's StructType JSON")
     pr.add_argument("max_arrow_batch_size", type=int)
     pr.add_argument("binary_as_bytes", choices=("true", "false"))
+    cp = sub.add_parser("check-plan", help="whether a pushed plan renders and binds (htap.pushdown.plan_check)")
+    cp.add_argument("plan", help="the pushed plan, JSON")
+    cp.add_argument("--inject", help="a failure a test asks for (htap.pushdown.plan_check)")
     rd = sub.add_parser("report-damage")
     rd.add_argument("table_id", type=int)
     rd.add_argument("delta", help="the delta file (relative to the warehouse) a task found damaged")
@@ -141,6 +145,10 @@ def call(argv: list[str]) -> int:
             elif args.command == "renew-leases":
                 renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))
+            elif args.command == "check-plan":
+                source = cfg.source(args.source)
+                dialect = open_queryable(source).dialect
+                print(json.dumps({"why": plan_check.check(store, source, args.plan, dialect, args.inject)}))
             elif args.command == "release-leases":
                 # The query ended: its leases, and the source snapshots its scans exported here.
                 released = store.release_held([query_holder(o) for o in args.owners])

@@ -50,7 +50,6 @@ from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_co
 from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import AccessError, NoSuchTableError, SourceError, TableError
-from htap.rewrite.subplan import PushedSubplan
 from htap.seq import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
@@ -478,9 +477,6 @@ class PostgresSource(ChangeSource, QueryableSource):
             expr = replica_value_sql(c.name, c.source_type, types.field(c.name).type, c.override)
             columns.append(sqlglot.parse_one(code_point_text(expr, c, types.field(c.name).type), read="postgres").as_(c.name, quoted=True))
         return exp.select(*columns).from_(super().relation(table)).subquery(exp.to_identifier(table.name, quoted=True))
-
-    def read(self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None) -> Iterator[pa.RecordBatch]:
-        return read_query(self.config.dsn, self.render(table, subplan), output, snapshot)
 
     def read_query(self, query: str, output: pa.Schema, snapshot: str | None, what: str) -> Iterator[pa.RecordBatch]:
         return read_query(self.config.dsn, query, output, snapshot)

@@ -1,7 +1,7 @@
 """The read side of a source database: what failover reads and the verifiers need from it.
 
 A *queryable* source (Postgres, MySQL/MariaDB; a Debezium source through its `source_dsn`)
-answers a pushed subplan in its own SQL dialect, at a snapshot when one is given, checks a
+answers a pushed plan in its own SQL dialect, at a snapshot when one is given, checks a
 role's privileges the way the source itself would, and exports a snapshot that equals one
 replica seq exactly. How the source's snapshot is named differs per kind (Postgres: an exported
 snapshot id another connection can import; MySQL/MariaDB: a binlog position a consistent
@@ -22,8 +22,7 @@ from htap.connectors.changes import ChangeSource
 from htap.connectors.tables import SourceTable
 from htap.errors import AccessError, HtapError, SourceError
 from htap.rewrite import dialects, render
-from htap.rewrite.subplan import PushedSubplan
-from htap.rewrite.tree import render_tree_over
+from htap.rewrite.pushed import PushedPlan
 
 
 # Why a read could not import its query's exported snapshot (htap.pushdown.source_snapshot).
@@ -67,7 +66,7 @@ class SourceSnapshot(ABC):
 
 
 class QueryableSource(ABC):
-    """A source database that can answer pushed subplans (failover) and be verified against."""
+    """A source database that can answer pushed plans (failover) and be verified against."""
 
     config: SourceConfig
     dialect: str  # sqlglot dialect of its SQL
@@ -90,56 +89,27 @@ class QueryableSource(ABC):
         (one read), for a source whose snapshot cannot be shared between connections."""
         return []
 
-    def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
-        """The subplan as this source's SQL (rewrite.render; the dialect's comparison semantics)."""
-        query = render.select(subplan, self.relation(table), [c.name for c in table.columns])
-        return dialects.for_source(query, self.dialect).sql(self.dialect)
+    def render(self, tables: list[SourceTable], plan: PushedPlan) -> str:
+        """The pushed plan as one query of this source (htap.rewrite.render; `tables[k]` is scan
+        k's table): each scan's rows from its table's relation, with its filter and columns,
+        and the plan above them — what the replica computes in DuckDB — in the source's dialect."""
+        if len(tables) != len(plan.scans):
+            raise SourceError(f"a pushed plan of {len(plan.scans)} scans rendered over {len(tables)} tables")
+        relations = [render.scan_select(scan, self.relation(t)) for t, scan in zip(tables, plan.scans)]
+        return dialects.for_source(render.render_plan(plan, relations), self.dialect).sql(self.dialect)
+
+    def read(
+        self, tables: list[SourceTable], plan: PushedPlan, output: pa.Schema, snapshot: str | None = None, **agree
+    ) -> Iterator[pa.RecordBatch]:
+        """The plan's rows from the source (one statement) as Arrow batches of `output`, at
+        `snapshot` (a `SourceSnapshot.name`) when given. `agree` (`agree=` callable, for a source
+        whose reads each open their own snapshot): see the source's `read_query`."""
+        what = " JOIN ".join(dict.fromkeys(t.qualified_name for t in tables))
+        return self.read_query(self.render(tables, plan), output, snapshot, what=what, **agree)
 
     @abstractmethod
-    def read(
-        self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None
-    ) -> Iterator[pa.RecordBatch]:
-        """The subplan's rows from the source as Arrow batches of `output`, at `snapshot` (a
-        `SourceSnapshot.name`) when given."""
-
-    def render_joined(self, tables: list[SourceTable], subplan: PushedSubplan) -> str:
-        """A joined scan's subplan (htap.rewrite.subplan `join`, or a pushed `tree`: rendered by
-        htap.rewrite.tree over the same relations) as one query of this source: each
-        table's relation with its own filters and columns, joined, then the aggregate, order and
-        limit — what the replica computes in DuckDB."""
-        if subplan.tree is not None:
-            if len(subplan.table_reads()) != len(tables):
-                raise SourceError("render_joined needs a pushed tree and its tables")
-            relations = [
-                render.select(own.carrying_rows(t.key[0]), self.relation(t), [c.name for c in t.columns])
-                for t, (_name, own) in zip(tables, subplan.table_reads())
-            ]
-            query = render_tree_over(subplan, relations, [[c.name for c in t.columns] for t in tables])
-            return dialects.for_source(query, self.dialect).sql(self.dialect)
-        join = subplan.join
-        if join is None or len(join.tables) != len(tables):
-            raise SourceError("render_joined needs a joined subplan and its tables")
-        relations = [
-            render.table_relation(
-                render.select(j.subplan, self.relation(t), [c.name for c in t.columns]), i
-            )
-            for i, (t, j) in enumerate(zip(tables, join.tables))
-        ]
-        return dialects.for_source(render.joined_select(subplan, relations), self.dialect).sql(self.dialect)
-
-    def read_joined(
-        self, tables: list[SourceTable], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
-        **agree,
-    ) -> Iterator[pa.RecordBatch]:
-        """A joined scan's rows from the source (one statement) as Arrow batches of `output`.
-        `agree` (`agree=` callable, for a source whose reads each open their own snapshot): see
-        the source's `read_query`."""
-        return self.read_query(self.render_joined(tables, subplan), output, snapshot,
-                               what=" JOIN ".join(t.qualified_name for t in tables), **agree)
-
     def read_query(self, query: str, output: pa.Schema, snapshot: str | None, what: str) -> Iterator[pa.RecordBatch]:
         """Rows of a query this source renders (positionally as `output`), at `snapshot` when given."""
-        raise SourceError(f"source {self.config.name} cannot answer joined scans")
 
     @abstractmethod
     def check_select(self, user: str, table: SourceTable, columns: list[str]) -> str | None:
@@ -194,14 +164,8 @@ class ThroughOrigin(QueryableSource):
             table, columns=tuple(dataclasses.replace(c, source_type=native[c.name]) for c in table.columns)
         )
 
-    def render(self, table: SourceTable, subplan: PushedSubplan) -> str:
-        return self.inner.render(self.source_table(table), subplan)
-
-    def read(self, table, subplan, output, snapshot=None, **agree):
-        return self.inner.read(self.source_table(table), subplan, output, snapshot, **agree)
-
-    def render_joined(self, tables, subplan) -> str:
-        return self.inner.render_joined([self.source_table(t) for t in tables], subplan)
+    def render(self, tables, plan) -> str:
+        return self.inner.render([self.source_table(t) for t in tables], plan)
 
     def read_query(self, query, output, snapshot, what, **agree):
         return self.inner.read_query(query, output, snapshot, what, **agree)

@@ -1,8 +1,8 @@
 """The `htap` Python data source: Spark reads HTAP tables through it.
 
 The Java catalog shim builds it with options naming the config, the table and the pushed
-subplan (JSON from the shim's scan builder). Planning (on the driver) fixes the snapshot seq and
-the delta files to read; executors then merge those deltas at that seq and run the subplan in
+plan (JSON from the shim's one translator). Planning (on the driver) fixes the snapshot seq and
+the delta files to read; executors then merge those deltas at that seq and run the plan in
 DuckDB, streaming Arrow record batches back to Spark.
 
 Imports of our own modules sit inside the methods on purpose (PySpark's worker model): Spark
@@ -53,7 +53,7 @@ class PlanningError(Exception):
 OPTION_CONFIG = "config"
 OPTION_SOURCE = "source"
 OPTION_TABLE = "table"
-OPTION_PUSHED = "pushed"  # the pushed subplan, JSON (htap.rewrite.subplan)
+OPTION_PUSHED = "pushed"  # the pushed plan, JSON (htap.rewrite.pushed)
 OPTION_ROUTE = "route"  # auto | replica | source
 OPTION_USER = "user"  # source user whose privileges every read must respect
 OPTION_PASSWORD = "password"  # its password (access.mode = "login"); never logged or shown
@@ -215,31 +215,18 @@ class JoinedPartition(InputPartition):
 
 
 @dataclass(frozen=True)
-class JoinedSourcePartition(InputPartition):
-    """A joined scan answered by the source: the whole pushed subplan as one source query."""
+class SourcePartition(InputPartition):
+    """A scan answered by the source itself (failover / fallback): the pushed plan as one source
+    query over its tables (or one key range of its one table); the executor needs no config
+    file and no metadata store."""
 
     config: str
     source: str
     table_ids: tuple[int, ...]
     pushed: str | None
-    snapshot: str | None
-    source_config: object  # htap.conf.SourceConfig of `source`
-    tables: tuple  # htap.replica.models.TableInfo of each table
-    agreement: object = None  # htap.pushdown.source_reader.SourceReadAgreement, for a snapshot of its own
-
-
-@dataclass(frozen=True)
-class SourcePartition(InputPartition):
-    """A scan answered by the source itself (failover / fallback); the executor needs no config
-    file and no metadata store."""
-
-    config: str
-    source: str
-    table_id: int
-    pushed: str | None
     snapshot: str | None  # an exported snapshot to read at, if the caller holds one
     source_config: object  # htap.conf.SourceConfig of `source`
-    table: object  # htap.replica.models.TableInfo
+    tables: tuple  # htap.replica.models.TableInfo of each scan of the plan
     agreement: object = None  # htap.pushdown.source_reader.SourceReadAgreement, for a snapshot of its own
 
 
@@ -285,7 +272,7 @@ def data_source(options: dict) -> HtapDataSource:
 
 @dataclass(frozen=True)
 class SystemPartition(InputPartition):
-    batches: bytes  # the system table's rows after the pushed subplan, as Arrow IPC
+    batches: bytes  # the system table's rows after the pushed plan, as Arrow IPC
 
 
 class SystemTableReader(DataSourceReader):
@@ -298,14 +285,14 @@ class SystemTableReader(DataSourceReader):
         from htap.conf import cached_config
         from htap.pushdown.system_tables import query, rows
         from htap.replica.metadata import MetadataStore
-        from htap.rewrite.subplan import PushedSubplan
+        from htap.rewrite.pushed import PushedPlan
 
         cfg = cached_config(opts.config)
         if cfg.access.login_required:  # the replica's state is for logged-in roles too
             opts.reader_role(cfg, cfg.source(opts.source))
         output = to_arrow_schema(schema, timezone="UTC")
         with MetadataStore(cfg.metadata) as store:
-            batches = query(rows(store, cfg.window_s, opts.table), PushedSubplan.from_json(opts.pushed), output)
+            batches = query(rows(store, cfg.window_s, opts.table), PushedPlan.from_json(opts.pushed), output)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, output) as w:
             for b in batches:
@@ -333,123 +320,80 @@ class HtapReader(DataSourceReader):
             raise PlanningError(e) from e
 
     def _plan(self, opts: ScanOptions, schema: StructType) -> None:
-        from htap.pushdown.planning import ScanRequest, plan_scan
+        from htap.pushdown.planning import ScanRequest, plan_scans
         from htap.pushdown.routing import ROUTE_REPLICA
         from htap.pushdown.source_reader import check_access, source_ranges
         from htap.replica.warehouse import open_warehouse
-        from htap.rewrite.subplan import PushedSubplan
+        from htap.rewrite.pushed import PushedPlan, to_json
 
-        cfg, store, table = _open(opts)
-        source = cfg.source(opts.source)
         self.schema = schema
+        plan = PushedPlan.from_json(opts.pushed)
+        cfg, store, _table = _open(opts)
+        source = cfg.source(opts.source)
         try:
-            subplan = PushedSubplan.from_json(opts.pushed)
-            if subplan.join is not None or subplan.tree is not None:
-                self._plan_join(opts, cfg, store, subplan)
-                return
+            tables = []
+            for scan in plan.scans:
+                schema_name, table_name = scan.table.split(".", 1)
+                try:
+                    tables.append(store.get_table(source.name, schema_name, table_name))
+                except NoSuchTableError as e:
+                    raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
             role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
             if role:
-                denied = check_access(source, role, table, subplan.columns_to_check([c.name for c in table.columns]))
-                if denied:
-                    raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
-            request = ScanRequest(
-                source=source.name, schema=opts.schema, table=opts.table, mode=opts.route,
-                as_of_seq=opts.as_of_seq, as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot,
-                snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables,
-                warehouse_problem=open_warehouse(cfg).unreachable(),
-            )
-            plan = plan_scan(store, request, subplan, window_s=cfg.window_s, pin_ttl_s=cfg.pin_ttl_s,
-                             **_held_by_query(cfg, source, opts))
-            table = plan.table
-            if plan.route.target == ROUTE_REPLICA and subplan.one_task:
-                # Every partition in one task and one DuckDB query: its aggregate, order and limit
-                # are final (even with no partition left after pruning: a global aggregate's row).
-                part = _table_part(plan, plan.reads)
-                self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), (part,), opts.pushed,
-                                                    opts.executor_metadata or str(cfg.metadata), cfg.window_s,
-                                                    cfg.object_store)]
-            elif plan.route.target == ROUTE_REPLICA:
-                self._partitions: list[InputPartition] = [
-                    ReplicaPartition(
-                        config=str(cfg.path),
-                        table_id=table.id,
-                        warehouse=str(cfg.warehouse),
-                        table_label=f"{table.source}.{table.qualified_name}",
-                        table_schema_b64=table.arrow_schema_b64,
-                        key=table.key,
-                        plan=read,
-                        pushed=opts.pushed,
-                        metadata=opts.executor_metadata or str(cfg.metadata),
-                        window_s=cfg.window_s,
-                        object_store=cfg.object_store,
-                    )
-                    for read in plan.reads
-                ]
-            else:
-                # Key ranges as parallel tasks, only at a snapshot they all share (issue 14).
-                ranges = (source_ranges(source, table, opts.pushed, cfg.source_range_rows)
-                          if plan.source_snapshot and not subplan.one_task else [opts.pushed])
-                agreement = _agreement(opts, cfg, source.name, plan.source_snapshot, table.qualified_name)
-                self._partitions = [
-                    SourcePartition(str(cfg.path), source.name, table.id, pushed, plan.source_snapshot, source, table,
-                                    agreement and dataclasses.replace(agreement, scan=f"{agreement.scan}/{i}"))
-                    for i, pushed in enumerate(ranges)
-                ]
+                for table, scan in zip(tables, plan.scans):
+                    denied = check_access(source, role, table, sorted(scan.referenced()))
+                    if denied:
+                        raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
+            problem = open_warehouse(cfg).unreachable()
+            requests = [
+                ScanRequest(
+                    source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
+                    as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot,
+                    snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables, warehouse_problem=problem,
+                )
+                for t in tables
+            ]
+            plans = plan_scans(store, requests, list(plan.scans), plan.to_dict(), window_s=cfg.window_s,
+                               pin_ttl_s=cfg.pin_ttl_s, **_held_by_query(cfg, source, opts))
         finally:
             store.close()
-
-    def _plan_join(self, opts: ScanOptions, cfg, store, subplan) -> None:
-        """A scan with joins (or a whole subtree of the query) pushed into it: all its tables
-        routed, pinned and recorded in one metadata transaction; one task, or one per partition
-        of a join's split table (its others read whole in every task); on the source, one query
-        at the query's snapshot. A tree is always one task."""
-        from htap.pushdown.planning import ScanRequest, plan_scans
-        from htap.pushdown.routing import ROUTE_REPLICA
-        from htap.pushdown.source_reader import check_access
-        from htap.replica.warehouse import open_warehouse
-
-        source = cfg.source(opts.source)
-        problem = open_warehouse(cfg).unreachable()
-        reads = subplan.table_reads()
-        split = subplan.join.split if subplan.join is not None else None
-        tables = []
-        for name, _own in reads:
-            schema_name, table_name = name.split(".", 1)
-            try:
-                tables.append(store.get_table(source.name, schema_name, table_name))
-            except NoSuchTableError as e:
-                raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
-        role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
-        if role:
-            for table, (_name, own) in zip(tables, reads):
-                columns = own.columns_to_check([c.name for c in table.columns])
-                denied = check_access(source, role, table, columns)
-                if denied:
-                    raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
-        requests = [
-            ScanRequest(
-                source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
-                as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot, snapshot_token=opts.snapshot_token,
-                snapshot_tables=opts.snapshot_tables, warehouse_problem=problem,
-            )
-            for t in tables
-        ]
-        plans = plan_scans(store, requests, [own for _name, own in reads], window_s=cfg.window_s,
-                           pin_ttl_s=cfg.pin_ttl_s, **_held_by_query(cfg, source, opts))
         if plans[0].route.target != ROUTE_REPLICA:
-            what = " JOIN ".join(p.table.qualified_name for p in plans)
-            self._partitions = [JoinedSourcePartition(str(cfg.path), source.name, tuple(p.table.id for p in plans),
-                                                      opts.pushed, plans[0].source_snapshot, source,
-                                                      tuple(p.table for p in plans),
-                                                      _agreement(opts, cfg, source.name, plans[0].source_snapshot, what))]
+            snapshot = plans[0].source_snapshot
+            single = len(plans) == 1 and plan.split == 0
+            # Key ranges as parallel tasks, only at a snapshot they all share (issue 14).
+            ranges = (source_ranges(source, plans[0].table, plan, cfg.source_range_rows)
+                      if single and snapshot else [plan])
+            what = " JOIN ".join(dict.fromkeys(p.table.qualified_name for p in plans))
+            agreement = _agreement(opts, cfg, source.name, snapshot, what)
+            self._partitions = [
+                SourcePartition(str(cfg.path), source.name, tuple(p.table.id for p in plans),
+                                opts.pushed if part is plan else to_json(part), snapshot, source,
+                                tuple(p.table for p in plans),
+                                agreement and dataclasses.replace(agreement, scan=f"{agreement.scan}/{i}"))
+                for i, part in enumerate(ranges)
+            ]
             return
-
-        if split is None:
+        if len(plans) == 1 and plan.split == 0:  # one task per partition: each reads its own
+            table = plans[0].table
+            self._partitions = [
+                ReplicaPartition(
+                    config=str(cfg.path), table_id=table.id, warehouse=str(cfg.warehouse),
+                    table_label=f"{table.source}.{table.qualified_name}", table_schema_b64=table.arrow_schema_b64,
+                    key=table.key, plan=read, pushed=opts.pushed, metadata=opts.executor_metadata or str(cfg.metadata),
+                    window_s=cfg.window_s, object_store=cfg.object_store,
+                )
+                for read in plans[0].reads
+            ]
+            return
+        # Every partition of every scan in one task (its aggregate, order and limit final; even
+        # with no partition left after pruning: a global aggregate's row), or one task per
+        # partition of the split scan, every other scan read whole in each.
+        if plan.split is None:
             tasks = [tuple(_table_part(p, p.reads) for p in plans)]
         else:
             tasks = [
-                tuple(_table_part(p, (read,) if i == split else p.reads) for i, p in enumerate(plans))
-                for read in plans[split].reads
+                tuple(_table_part(p, (read,) if i == plan.split else p.reads) for i, p in enumerate(plans))
+                for read in plans[plan.split].reads
             ]
         self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed,
                                             opts.executor_metadata or str(cfg.metadata), cfg.window_s,
@@ -463,11 +407,7 @@ class HtapReader(DataSourceReader):
             _size_duckdb_threads(len(self._partitions))
         if isinstance(partition, SourcePartition):
             yield from self._read_source(partition)
-            return
-        if isinstance(partition, JoinedSourcePartition):
-            yield from self._read_joined_source(partition)
-            return
-        if isinstance(partition, JoinedPartition):
+        elif isinstance(partition, JoinedPartition):
             yield from self._read_joined(partition)
         else:
             yield from self._read(partition)
@@ -480,7 +420,7 @@ class HtapReader(DataSourceReader):
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
         from htap.replica.warehouse import open_warehouse_at
-        from htap.rewrite.subplan import PushedSubplan
+        from htap.rewrite.pushed import PushedPlan
 
         warehouse = open_warehouse_at(partition.warehouse, partition.object_store)
         plans = [t.plans for t in partition.tables]
@@ -493,7 +433,7 @@ class HtapReader(DataSourceReader):
             for t, ps in zip(partition.tables, plans)
         ]
         try:
-            yield from read_joined(warehouse, reads, PushedSubplan.from_json(partition.pushed),
+            yield from read_joined(warehouse, reads, PushedPlan.from_json(partition.pushed),
                                    to_arrow_schema(self.schema, timezone="UTC"))
         except DamagedReplicaError as e:
             # The driver marks the damaged table (DAMAGE_MARKER); executors never write metadata.
@@ -504,43 +444,26 @@ class HtapReader(DataSourceReader):
                         raise DamagedReplicaError(damage_report(t.table_id, joined, e)) from e
             raise
 
-    def _read_joined_source(self, partition: "JoinedSourcePartition") -> Iterator:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        from htap.pushdown import partials
-        from htap.pushdown.source_reader import read_joined_source
-        from htap.rewrite.subplan import PushedSubplan
-
-        source, tables = partition.source_config, list(partition.tables)
-        subplan = PushedSubplan.from_json(partition.pushed)
-        output = to_arrow_schema(self.schema, timezone="UTC")
-        sums = partials.decimal_sums(subplan, output)
-        for batch in read_joined_source(source, tables, subplan, partials.wide(output, sums), partition.snapshot,
-                                        partition.agreement):
-            yield from partials.fit(batch, subplan, output) if sums else (batch,)
-
     def _read_source(self, partition: "SourcePartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from htap.pushdown import partials
         from htap.pushdown.source_reader import read_source
-        from htap.rewrite.subplan import PushedSubplan
+        from htap.rewrite.pushed import PushedPlan
 
-        import pyarrow as pa
-
-        source, table = partition.source_config, partition.table
-        subplan = PushedSubplan.from_json(partition.pushed)
+        plan = PushedPlan.from_json(partition.pushed)
         output = to_arrow_schema(self.schema, timezone="UTC")
-        if subplan.needs_no_column:  # `SELECT 1 FROM t`: read the first key column, hand Spark only the rows
-            carrier = table.key[0]
-            subplan, output = subplan.carrying_rows(carrier), pa.schema([table.arrow_schema.field(carrier)])
-        sums = partials.decimal_sums(subplan, output)
-        for batch in read_source(source, table, subplan, partials.wide(output, sums), partition.snapshot,
-                                 partition.agreement):
-            if len(self.schema) == 0:
+        sums = partials.decimal_sums(plan, output)
+        if len(output) == 0:  # `SELECT 1 FROM t`: the source selects a constant, Spark takes the rows
+            import pyarrow as pa
+
+            for batch in read_source(partition.source_config, list(partition.tables), plan,
+                                     pa.schema([pa.field("__row", pa.int32())]), partition.snapshot, partition.agreement):
                 yield batch.select([])
-            else:
-                yield from partials.fit(batch, subplan, output) if sums else (batch,)
+            return
+        for batch in read_source(partition.source_config, list(partition.tables), plan, partials.wide(output, sums),
+                                 partition.snapshot, partition.agreement):
+            yield from partials.fit(batch, plan, output) if sums else (batch,)
 
     def _read(self, partition: "ReplicaPartition") -> Iterator:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -550,7 +473,7 @@ class HtapReader(DataSourceReader):
         from htap.replica.warehouse import open_warehouse_at
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
-        from htap.rewrite.subplan import PushedSubplan
+        from htap.rewrite.pushed import PushedPlan
 
         # The driver holds the plan's lease while the query runs; the task only reads whether
         # it still lives (planned again, unleased, if not: see htap.replica.leases). The task
@@ -567,7 +490,7 @@ class HtapReader(DataSourceReader):
                 TableInfo.decode_schema(partition.table_schema_b64),
                 list(partition.key),
                 plan,
-                PushedSubplan.from_json(partition.pushed),
+                PushedPlan.from_json(partition.pushed),
                 to_arrow_schema(self.schema, timezone="UTC"),
             )
         except DamagedReplicaError as e:

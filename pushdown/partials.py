@@ -19,22 +19,22 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import PushedPlan
 
 
 EXACT = decimal.Context(prec=80)  # Python's default context rounds to 28 digits
 
 
-def decimal_sums(subplan: PushedSubplan, output: pa.Schema) -> list[int]:
-    """Output positions of the subplan's SUMs whose Spark type is a decimal of fewer than 38
-    digits (a 38-digit sum is computed in 38 digits: it cannot exceed its type)."""
-    if not subplan.aggregating or subplan.complete:
+def decimal_sums(plan: PushedPlan, output: pa.Schema) -> list[int]:
+    """Output positions of a partial aggregate's SUMs whose Spark type is a decimal of fewer than
+    38 digits (a 38-digit sum is computed in 38 digits: it cannot exceed its type)."""
+    node = plan.partial_aggregate()
+    if node is None:
         return []  # a complete aggregate is final: reported in Spark's own (wider) SUM type
-    first = len(subplan.group_by)
     return [
-        first + i for i, a in enumerate(subplan.aggregates)
-        if a.fn == "sum" and first + i < len(output) and pa.types.is_decimal(output.field(first + i).type)
-        and output.field(first + i).type.precision < 38
+        i for i, (_name, e) in enumerate(node.exprs)
+        if e.form == "agg" and e.name == "sum" and i < len(output) and pa.types.is_decimal(output.field(i).type)
+        and output.field(i).type.precision < 38
     ]
 
 
@@ -46,10 +46,10 @@ def wide(output: pa.Schema, positions: list[int]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def fit(batch: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """`batch` (the subplan's result, positionally) as batches of `output`, decimal SUMs split
+def fit(batch: pa.RecordBatch, plan: PushedPlan, output: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """`batch` (the plan's result, positionally) as batches of `output`, decimal SUMs split
     into rows that fit their type."""
-    positions = decimal_sums(subplan, output)
+    positions = decimal_sums(plan, output)
     arrays = list(batch.columns)
     over = None
     for i in positions:
@@ -65,7 +65,7 @@ def fit(batch: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema) -> Ite
     keep = pc.invert(pc.fill_null(over, False))
     yield _cast([pc.filter(a, keep) for a in arrays], output)
     yield _cast(_split(pa.RecordBatch.from_arrays([pc.filter(a, over) for a in arrays], names=output.names),
-                       subplan, output, positions), output)
+                       plan, output, positions), output)
 
 
 def _largest(t: pa.Decimal128Type) -> decimal.Decimal:
@@ -73,25 +73,27 @@ def _largest(t: pa.Decimal128Type) -> decimal.Decimal:
         return decimal.Decimal(10) ** (t.precision - t.scale) - decimal.Decimal(1).scaleb(-t.scale)
 
 
-def _split(rows: pa.RecordBatch, subplan: PushedSubplan, output: pa.Schema, positions: list[int]) -> list[pa.Array]:
+def _split(rows: pa.RecordBatch, plan: PushedPlan, output: pa.Schema, positions: list[int]) -> list[pa.Array]:
     """The (few) rows with a partial sum out of range, as rows that fit (one Python step per
-    such group, never per table row)."""
-    first = len(subplan.group_by)
-    neutral = {}
-    for i, a in enumerate(subplan.aggregates):
-        if a.fn in ("count", "count_star"):
-            neutral[first + i] = 0
-        elif a.fn == "sum":
-            neutral[first + i] = decimal.Decimal(0) if pa.types.is_decimal(output.field(first + i).type) else 0
+    such group, never per table row): the group's keys in every row, neutral values (COUNT 0,
+    SUM 0, MIN/MAX NULL) for its other aggregates in the added rows."""
+    neutral: dict[int, object] = {}
+    for i, (_name, e) in enumerate(plan.partial_aggregate().exprs):
+        if e.form != "agg":
+            continue  # a grouping column: kept
+        if e.name in ("count", "count_star"):
+            neutral[i] = 0
+        elif e.name == "sum":
+            neutral[i] = decimal.Decimal(0) if pa.types.is_decimal(output.field(i).type) else 0
         else:
-            neutral[first + i] = None
+            neutral[i] = None
     out: list[list] = []
     with decimal.localcontext(EXACT):
-        _split_rows(rows, output, positions, first, neutral, out)
+        _split_rows(rows, output, positions, neutral, out)
     return [pa.array([r[j] for r in out], type=rows.schema.field(j).type) for j in range(rows.num_columns)]
 
 
-def _split_rows(rows: pa.RecordBatch, output: pa.Schema, positions: list[int], first: int, neutral: dict,
+def _split_rows(rows: pa.RecordBatch, output: pa.Schema, positions: list[int], neutral: dict,
                 out: list[list]) -> None:
     for row in rows.to_pylist():
         values = list(row.values())
@@ -103,7 +105,7 @@ def _split_rows(rows: pa.RecordBatch, output: pa.Schema, positions: list[int], f
                 continue
             step = limit if total > 0 else -limit
             while abs(total) > limit:
-                chunk = [values[j] if j < first else neutral[j] for j in range(len(values))]
+                chunk = [neutral[j] if j in neutral else values[j] for j in range(len(values))]
                 chunk[i] = step
                 extra.append(chunk)
                 total -= step

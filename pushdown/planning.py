@@ -29,7 +29,7 @@ from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route
 from htap.replica.metadata import QUERY_READS_SOURCE, MetadataStore
 from htap.replica.models import TableInfo
 from htap.replica.snapshot import ReadPlan, pin_and_plan, queryable_window, seq_for_time
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import Scan
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ class _NeedsExport(Exception):
 def plan_scan(
     store: MetadataStore,
     req: ScanRequest,
-    subplan: PushedSubplan,
+    scan: Scan,
+    record: dict,
     *,
     window_s: float,
     pin_ttl_s: float,
@@ -72,15 +73,16 @@ def plan_scan(
     """Route and pin one scan in one metadata transaction. `export` exports a source snapshot
     (called outside the transaction, only when the query reads the source and has none yet).
     `holder`: who holds the scan's leases (the Spark driver, for the query; see
-    htap.replica.leases)."""
-    return plan_scans(store, [req], [subplan], window_s=window_s, pin_ttl_s=pin_ttl_s, export=export, now=now,
+    htap.replica.leases). `record`: the pushed plan as the routing record keeps it."""
+    return plan_scans(store, [req], [scan], record, window_s=window_s, pin_ttl_s=pin_ttl_s, export=export, now=now,
                       holder=holder)[0]
 
 
 def plan_scans(
     store: MetadataStore,
     reqs: list[ScanRequest],
-    subplans: list[PushedSubplan],
+    scans: list[Scan],
+    record: dict,
     *,
     window_s: float,
     pin_ttl_s: float,
@@ -91,7 +93,9 @@ def plan_scans(
     """Route and pin the tables of one scan (several when joins were pushed into it) in one
     metadata transaction: every table is pinned and its route recorded there. A joined scan is
     one query, so its tables all read the replica at one seq or all the source in one statement
-    (at the query's exported snapshot when it has one) — never a mix."""
+    (at the query's exported snapshot when it has one) — never a mix. `scans[i]` is what the
+    plan reads of `reqs[i]`'s table (its filter prunes partitions); `record` is the pushed plan
+    every table's routing record keeps."""
     exported = None
     for _ in range(2):
         try:
@@ -115,11 +119,14 @@ def plan_scans(
                     common = min(seqs)
                     routed = [(Route(route.target, common, route.reason), s) for route, s in routed]
                 plans = []
-                for req, table, (route, snapshot), subplan in zip(reqs, tables, routed, subplans):
+                recorded = set()
+                for table, (route, snapshot), scan in zip(tables, routed, scans):
                     reads: tuple[ReadPlan, ...] = ()
                     if route.target == ROUTE_REPLICA:
-                        reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, subplan, holder))
-                    store.record_scan(table.id, route.target, route.seq, subplan.to_dict(), route.reason)
+                        reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, scan.filter, holder))
+                    if table.id not in recorded:  # a table read twice (a self-join) is one record
+                        store.record_scan(table.id, route.target, route.seq, record, route.reason)
+                        recorded.add(table.id)
                     plans.append(ScanPlan(table, route, reads, snapshot))
                 return plans
         except _NeedsExport:

@@ -1,4 +1,4 @@
-"""Merge-on-read of a replica table at one snapshot seq, then the pushed subplan, in DuckDB.
+"""Merge-on-read of a replica table at one snapshot seq, then the pushed plan, in DuckDB.
 
 Versions of all deltas with `floor <= _seq <= snapshot` are collapsed per key (latest version
 wins; a delete hides the row; columns a partial update did not carry come from the key's newest
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
@@ -31,13 +30,9 @@ from htap.replica.snapshot import ReadPlan
 from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
 from htap.rewrite.dialects import REPLICA
-from htap.rewrite.tree import render_tree_over
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import Expr, PushedPlan, Scan
 
 BATCH_ROWS = 64 * 1024
-# Test switch, never set in use: `1` makes replica reads treat a pushed `<` as `<=`, a wrong
-# pushdown that `htap verify replay` must catch (tests/test_verify_replay.py).
-BREAK_PUSHDOWN_ENV = "HTAP_TEST_BREAK_PUSHDOWN"
 
 
 def replica_sql(
@@ -45,7 +40,7 @@ def replica_sql(
     key: list[str],
     all_columns: list[str],
     seq: int,
-    subplan: PushedSubplan,
+    plan: PushedPlan,
     *,
     floor: int | None = None,
     partial: bool = False,
@@ -54,36 +49,39 @@ def replica_sql(
     deletes: bool = True,
 ) -> str:
     """The DuckDB query that reads the versions in `files` (or a registered relation's name) at
-    `seq` and applies `subplan`. `strategy`, `seq_filter` and `deletes` (see
-    htap.replica.snapshot.ReadPlan) avoid the general per-key merge and filters that cannot drop
-    a row when the deltas' shape allows it."""
-    if os.environ.get(BREAK_PUSHDOWN_ENV) == "1":
-        broken = tuple(dataclasses.replace(f, op="le") if f.op == "lt" else f for f in subplan.filters)
-        subplan = dataclasses.replace(subplan, filters=broken)
-    subplan = subplan.carrying_rows(key[0])  # `SELECT 1 FROM t`: _conform drops the column again
-    needed = scanned_columns(all_columns, key, subplan, strategy)
-    key_filters = [f for f in subplan.filters if f.columns() <= set(key)]
-    row_filters = [f for f in subplan.filters if f not in key_filters]
-    conditions = [render.predicate(f).sql(REPLICA) for f in key_filters]
+    `seq` and applies `plan` (of one scan: this table's). `strategy`, `seq_filter` and `deletes`
+    (see htap.replica.snapshot.ReadPlan) avoid the general per-key merge and filters that cannot
+    drop a row when the deltas' shape allows it. The scan's conjuncts on key columns only are
+    applied before the collapse (every version of a key shares them), the others after."""
+    (scan,) = plan.scans
+    keyed, rest = key_conjuncts(scan, key)
+    needed = scanned_columns(all_columns, key, scan, strategy)
+    conditions = [render.expr(f).sql(REPLICA) for f in keyed]
     latest = current_rows_sql(files, key, all_columns, needed, seq, floor=floor, partial=partial, strategy=strategy,
                               key_conditions=conditions, seq_filter=seq_filter, deletes=deletes)
-    rest = dataclasses.replace(subplan, filters=tuple(row_filters))
     # The current rows enter as a placeholder table replaced by their SQL text: parsing that text
     # back into sqlglot (and the deep copy that came with it) was half of a point lookup's time.
-    outer = render.select(rest, exp.table_(_CURRENT).as_("cur"), all_columns).sql(REPLICA)
+    rows = render.scan_select(scan, exp.table_(_CURRENT).as_("cur"), rest)
+    outer = render.render_plan(plan, [rows]).sql(REPLICA)
     if outer.count(_CURRENT) != 1:
         raise InternalQueryError(f"the replica query has {outer.count(_CURRENT)} places for its current rows, not one: {outer}")
     return outer.replace(_CURRENT, f"({latest})")
 
 
-def scanned_columns(all_columns: list[str], key: list[str], subplan: PushedSubplan, strategy: str) -> list[str]:
-    """The table columns a partition read scans for `subplan`: the ones it references, plus the
+def key_conjuncts(scan: Scan, key: list[str]) -> tuple[list[Expr], list[Expr]]:
+    """The scan's filter split in (conjuncts over key columns only, the others)."""
+    keyed = [f for f in scan.filter if f.columns() and f.columns() <= set(key) and not f.subqueries()]
+    return keyed, [f for f in scan.filter if f not in keyed]
+
+
+def scanned_columns(all_columns: list[str], key: list[str], scan: Scan, strategy: str) -> list[str]:
+    """The table columns a partition read scans for `scan`: the ones it references, plus the
     key for a per-key merge (a "direct" read, one version per key, needs the key only if the
-    subplan does; a count alone still selects one column: no dialect selects nothing)."""
-    wanted = subplan.referenced_columns()
+    scan does; a read of no column still selects one: no dialect selects nothing)."""
+    wanted = scan.referenced()
     if strategy == "direct":
-        return [c for c in all_columns if subplan.columns is None or c in wanted] or [key[0]]
-    return [c for c in all_columns if subplan.columns is None or c in wanted or c in key]
+        return [c for c in all_columns if c in wanted] or [key[0]]
+    return [c for c in all_columns if c in wanted or c in key]
 
 
 # Stands for the current rows' subquery in replica_sql's outer query (no column or table is named so).
@@ -97,7 +95,7 @@ def read_replica(
     key: list[str],
     delta_paths: list[str],
     seq: int,
-    subplan: PushedSubplan,
+    plan: PushedPlan,
     output_schema: pa.Schema,
     *,
     floor: int | None = None,
@@ -109,7 +107,7 @@ def read_replica(
     seq_filter: bool = True,
     deletes: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream the subplan's result over the table's current rows at `seq`, cast to `output_schema`.
+    """Stream the plan's result over the table's current rows at `seq`, cast to `output_schema`.
 
     `delta_versions` (the schema version of each file) and `added_versions` (columns added after
     version 1) let deltas written under older logical schemas be read under the current one.
@@ -122,11 +120,11 @@ def read_replica(
         con = engine.cursor(exact_floats=engine.has_floats(table_schema))
         try:
             sql, local = partition_query(
-                con, root, warehouse, table_label, table_schema, key, delta_paths, seq, subplan, floor=floor,
+                con, root, warehouse, table_label, table_schema, key, delta_paths, seq, plan, floor=floor,
                 partial=partial, strategy=strategy, delta_versions=delta_versions, added_versions=added_versions,
                 seq_filter=seq_filter, deletes=deletes,
             )
-            yield from _run(con, sql, output_schema, subplan, {table_label: local})
+            yield from _run(con, sql, output_schema, plan, {table_label: local})
         finally:
             con.close()
 
@@ -140,7 +138,7 @@ def partition_query(
     key: list[str],
     delta_paths: list[str],
     seq: int,
-    subplan: PushedSubplan,
+    plan: PushedPlan,
     *,
     floor: int | None,
     partial: bool,
@@ -152,7 +150,7 @@ def partition_query(
     seq_filter: bool = True,
     deletes: bool = True,
 ) -> tuple[str, list[str]]:
-    """The DuckDB query of one partition read at `seq` with `subplan` applied, over local copies
+    """The DuckDB query of one partition read at `seq` with `plan` (of this table's one scan) applied, over local copies
     of the files (`<root>/<relative path>`), and those local files. `con` may get temporary views
     and relations named after `name` (unique per partition read of one query). `vectors`: the
     deletion vectors of this and the query's other partitions, loaded once on first call."""
@@ -165,10 +163,10 @@ def partition_query(
         strategy = "merge"
     elif files:
         source = files
-        if strategy != "direct" and not any(f.columns() <= set(key) for f in subplan.filters):
+        if strategy != "direct" and not key_conjuncts(plan.scans[0], key)[0]:
             # Deletion vectors: filtered scans of each delta instead of a per-key merge. (Lookups
             # by key keep the merge: it prunes row groups and collapses only the keys asked for.)
-            needed = scanned_columns(table_schema.names, key, subplan.carrying_rows(key[0]), "direct")
+            needed = scanned_columns(table_schema.names, key, plan.scans[0], "direct")
             visible = dv.visible_source(con, root, delta_paths, seq, needed, name, vectors() if vectors else None)
             if visible is not None:
                 try:
@@ -180,18 +178,18 @@ def partition_query(
         empty = f"{name}_no_deltas"
         con.register(empty, pa.Table.from_batches([], schema=delta_schema(table_schema)))
         source, strategy = empty, "merge"
-    sql = replica_sql(source, key, table_schema.names, seq, subplan, floor=floor, partial=partial, strategy=strategy,
+    sql = replica_sql(source, key, table_schema.names, seq, plan, floor=floor, partial=partial, strategy=strategy,
                       seq_filter=seq_filter, deletes=deletes)
     return sql, files
 
 
-def _run(con, sql: str, output_schema: pa.Schema, subplan: PushedSubplan, files: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
+def _run(con, sql: str, output_schema: pa.Schema, plan: PushedPlan, files: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
     """Run `sql` and stream its batches as `output_schema`; a failure is damage only if a file of
     some table (`files`: table label -> its local files) is missing or corrupt."""
     try:
         reader = con.sql(sql).to_arrow_reader(BATCH_ROWS)
         for batch in reader:
-            yield from _conform(batch, output_schema, subplan)
+            yield from _conform(batch, output_schema, plan)
     except duckdb.Error as e:
         raise _failure(e, files) from e
 
@@ -230,16 +228,16 @@ def _shared_vectors(root: Path, plans: tuple[ReadPlan, ...]) -> Callable[[], dv.
 
 
 def _as_one_read(
-    plans: tuple[ReadPlan, ...], key: list[str], own: PushedSubplan, vectors: Callable[[], dv.Vectors | None] | None
+    plans: tuple[ReadPlan, ...], key: list[str], scan: Scan, vectors: Callable[[], dv.Vectors | None] | None
 ) -> ReadPlan | None:
     """The partitions a task reads of one table as one read of all their deltas, when each
     partition's rows at the seq come from per-row visibility alone — every partition read
     "direct" (one version per key), or every delta with trustworthy deletion vectors and no key
-    filter (which would take the per-key merge) — and `own` works row by row (no aggregate, order
-    or limit), so reading the union of the partitions equals the union of their reads (their key
-    ranges are disjoint). A scan per kind of delta instead of one per partition and delta: each
-    scan in a UNION ALL costs about as much as reading 100k rows. None otherwise."""
-    if vectors is None or own.aggregating or own.order or own.limit is not None:
+    filter (which would take the per-key merge) — so reading the union of the partitions equals
+    the union of their reads (their key ranges are disjoint; a scan's rows are per row). A scan
+    per kind of delta instead of one per partition and delta: each scan in a UNION ALL costs
+    about as much as reading 100k rows. None otherwise."""
+    if vectors is None:
         return None  # `vectors` is None exactly when the plans differ in seq or are fewer than two
     first = plans[0]
     if any(p.floor != first.floor or p.partial or evolved(list(p.delta_versions), dict(p.added_versions)) for p in plans):
@@ -250,7 +248,7 @@ def _as_one_read(
         return None  # partitions written under different schema versions: each reads its own
     if all(p.strategy == "direct" for p in plans):
         strategy = "direct"
-    elif any(f.columns() <= set(key) for f in own.filters):
+    elif key_conjuncts(scan, key)[0]:
         return None
     else:
         loaded = vectors()
@@ -270,67 +268,54 @@ def _plan_files(plan: ReadPlan) -> dict[str, str | None]:
 
 
 def read_joined(
-    warehouse: Warehouse | Path, tables: list[JoinedTableRead], subplan: PushedSubplan, output_schema: pa.Schema
+    warehouse: Warehouse | Path, tables: list[JoinedTableRead], plan: PushedPlan, output_schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """A joined scan (or a pushed tree, or a single table's scan in one task) in one DuckDB query:
-    each table's current rows at the seq (its partitions' reads, each with the table's own
-    filters and columns) as a temporary view, then the join with the aggregate, order and limit
-    above it (htap.rewrite.render.joined_select), the tree over its leaves (htap.rewrite.tree), or
-    the single table's aggregate, order and limit over all its partitions (`one_task`)."""
-    single = subplan.join is None and subplan.tree is None
-    if single:
-        part, top = subplan.part_and_top(tables[0].key[0])
-        reads: list = [(None, part)]
-    else:
-        reads = subplan.table_reads()
-    assert (not single or subplan.one_task) and len(reads) == len(tables)
+    """A task reading several partitions in one DuckDB query (a joined scan, a whole subtree, or a
+    single table's scan in one task): each scan's rows at the seq (its partitions' reads, its
+    filter and columns applied) as a temporary view, then the plan over them
+    (htap.rewrite.render). `tables[k]` holds what this task reads of scan k's table."""
+    if len(tables) != len(plan.scans):
+        raise InternalQueryError(f"a task of {len(tables)} table reads for a plan of {len(plan.scans)} scans")
     warehouse = as_warehouse(warehouse)
     needed: dict[str, str | None] = {}
     for t in tables:
-        for plan in t.plans:
-            needed.update(_plan_files(plan))
+        for p in t.plans:
+            needed.update(_plan_files(p))
     with warehouse.local(needed) as root:
         con = engine.cursor(exact_floats=any(engine.has_floats(t.schema) for t in tables))
         files: dict[str, list[str]] = {}
         try:
             views = []
-            for i, (t, (_name, own)) in enumerate(zip(tables, reads)):
+            for i, (t, scan) in enumerate(zip(tables, plan.scans)):
+                rows = plan.rows_of(i)
                 parts = []
                 vectors = _shared_vectors(root, t.plans)
-                combined = _as_one_read(t.plans, t.key, own, vectors)
-                for j, plan in enumerate((combined,) if combined is not None else t.plans):
+                combined = _as_one_read(t.plans, t.key, scan, vectors)
+                for j, read in enumerate((combined,) if combined is not None else t.plans):
                     sql, local = partition_query(
-                        con, root, warehouse, t.label, t.schema, t.key, list(plan.delta_paths), plan.seq, own,
-                        floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
-                        delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
-                        name=f"__visible_{i}_{j}", vectors=vectors, seq_filter=plan.seq_filter, deletes=plan.deletes,
+                        con, root, warehouse, t.label, t.schema, t.key, list(read.delta_paths), read.seq, rows,
+                        floor=read.floor, partial=read.partial, strategy=read.strategy,
+                        delta_versions=list(read.delta_versions), added_versions=dict(read.added_versions),
+                        name=f"__visible_{i}_{j}", vectors=vectors, seq_filter=read.seq_filter, deletes=read.deletes,
                     )
                     parts.append(f"({sql})")
                     files.setdefault(t.label, []).extend(local)
-                if not parts:  # every partition pruned by the table's own key filters
-                    carried = own.carrying_rows(t.key[0])
-                    columns = list(carried.columns) if carried.columns is not None else t.schema.names
-                    empty = pa.Table.from_batches([], schema=pa.schema([t.schema.field(c) for c in columns]))
-                    con.register(f"__empty_{i}", empty)
+                if not parts:  # every partition pruned by the scan's own key filters
+                    fields = [t.schema.field(c) for c in scan.columns] or [pa.field(render.ROW, pa.int32())]
+                    con.register(f"__empty_{i}", pa.Table.from_batches([], schema=pa.schema(fields)))
                     parts.append(f"(SELECT * FROM __empty_{i})")
                 try:  # binding the view reads the files' footers: a corrupt one fails here, not in _run
                     con.execute(f"CREATE OR REPLACE TEMP VIEW __table_{i} AS {' UNION ALL '.join(parts)}")
                 except duckdb.Error as e:
                     raise _failure(e, files) from e
                 views.append(exp.to_table(f"__table_{i}"))
-            if single:
-                sql = render.select(top, views[0], tables[0].schema.names).sql(REPLICA)
-            elif subplan.tree is not None:
-                sql = render_tree_over(subplan, views, [t.schema.names for t in tables]).sql(REPLICA)
-            else:
-                relations = [v.as_(render.table_alias(i), quoted=True) for i, v in enumerate(views)]
-                sql = render.joined_select(subplan, relations).sql(REPLICA)
-            yield from _run(con, sql, output_schema, subplan, files)
+            sql = render.render_plan(plan, views).sql(REPLICA)
+            yield from _run(con, sql, output_schema, plan, files)
         finally:
             con.close()
 
 
-def _conform(batch: pa.RecordBatch, schema: pa.Schema, subplan: PushedSubplan) -> Iterator[pa.RecordBatch]:
+def _conform(batch: pa.RecordBatch, schema: pa.Schema, plan: PushedPlan) -> Iterator[pa.RecordBatch]:
     """Rename to the output names and cast to the exact types Spark expects (decimal partial sums
     split to fit theirs, see htap.pushdown.partials)."""
     if len(schema) == 0:
@@ -338,7 +323,7 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema, subplan: PushedSubplan) -
         return
     if batch.num_columns != len(schema):
         raise InternalQueryError(f"replica query returned {batch.num_columns} columns, Spark expects {len(schema)}")
-    yield from partials.fit(batch, subplan, schema)
+    yield from partials.fit(batch, plan, schema)
 
 
 def read_plan(
@@ -347,12 +332,12 @@ def read_plan(
     table_schema: pa.Schema,
     key: list[str],
     plan: ReadPlan,
-    subplan: PushedSubplan,
+    pushed: PushedPlan,
     output_schema: pa.Schema,
 ) -> Iterator[pa.RecordBatch]:
     """`read_replica` for one partition's read plan (htap.replica.snapshot.ReadPlan)."""
     return read_replica(
-        warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, subplan, output_schema,
+        warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, pushed, output_schema,
         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
         delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
         files=dict(plan.files) if plan.files else None, seq_filter=plan.seq_filter, deletes=plan.deletes,

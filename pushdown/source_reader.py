@@ -1,13 +1,12 @@
-"""Reading a table from its source with the same pushed subplan (failover / fallback).
+"""Reading tables from their source with the same pushed plan (failover / fallback).
 
-The subplan is rendered by sqlglot in the source's dialect — the same filters, columns and
-partial aggregates the replica reader would run — and the result streams back as Arrow. Which
+The plan is rendered by htap.rewrite.render in the source's dialect — the same filters, columns,
+joins and aggregates the replica reader would run — and the result streams back as Arrow. Which
 database answers, and how, is the source's business (htap.connectors.registry.open_queryable).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
@@ -18,11 +17,7 @@ from htap.conf import SourceConfig
 from htap.connectors.registry import open_queryable
 from htap.errors import SourceError
 from htap.replica.models import TableInfo
-from htap.rewrite.subplan import PushedSubplan
-
-
-def source_sql(source: SourceConfig, table: TableInfo, subplan: PushedSubplan) -> str:
-    return open_queryable(source).render(table, subplan)
+from htap.rewrite.pushed import Expr, Literal, PushedPlan
 
 
 # A snapshot name that each reading connection opens for itself, at or after the exported
@@ -98,25 +93,15 @@ def _run_of(token: str) -> tuple[str, str]:
 
 
 def read_source(
-    source: SourceConfig, table: TableInfo, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
+    source: SourceConfig, tables: list[TableInfo], plan: PushedPlan, output: pa.Schema, snapshot: str | None = None,
     agreement: SourceReadAgreement | None = None,
 ) -> Iterator[pa.RecordBatch]:
+    """The plan (`tables[k]`: scan k's table) as one query of the source: one statement, one
+    snapshot; other scans of the query may still read the source separately, hence `agreement`."""
     queryable = open_queryable(source)
     if agreement is not None and reads_own_snapshot(snapshot):
-        return queryable.read(table, subplan, output, snapshot, agree=agreement)
-    return queryable.read(table, subplan, output, snapshot)
-
-
-def read_joined_source(
-    source: SourceConfig, tables: list[TableInfo], subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
-    agreement: SourceReadAgreement | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """A joined scan's whole subplan as one query of the source (one statement: one snapshot;
-    other scans of the query may still read the source separately, hence `agreement`)."""
-    queryable = open_queryable(source)
-    if agreement is not None and reads_own_snapshot(snapshot):
-        return queryable.read_joined(tables, subplan, output, snapshot, agree=agreement)
-    return queryable.read_joined(tables, subplan, output, snapshot)
+        return queryable.read(tables, plan, output, snapshot, agree=agreement)
+    return queryable.read(tables, plan, output, snapshot)
 
 
 def check_access(source: SourceConfig, user: str, table: TableInfo, columns: list[str]) -> str | None:
@@ -124,31 +109,31 @@ def check_access(source: SourceConfig, user: str, table: TableInfo, columns: lis
     return open_queryable(source).check_select(user, table, columns)
 
 
-def _bound(value, t: pa.DataType) -> dict:
+def _bound(value, t: pa.DataType) -> tuple[Literal, str]:
     if pa.types.is_integer(t):
-        return {"type": "long", "value": int(value)}
+        return Literal("long", int(value)), "bigint" if t == pa.int64() else "int" if t == pa.int32() else "smallint"
     if pa.types.is_date32(t):
-        return {"type": "date", "value": value.isoformat()}
-    return {"type": "string", "value": str(value)}
+        return Literal("date", value.isoformat()), "date"
+    return Literal("string", str(value)), "string"
 
 
-def source_ranges(source: SourceConfig, table: TableInfo, pushed: str | None, range_rows: int) -> list[str | None]:
-    """The pushed subplan (JSON) once per key range of the source's table: [first, b1), [b1, b2),
+def source_ranges(source: SourceConfig, table: TableInfo, plan: PushedPlan, range_rows: int) -> list[PushedPlan]:
+    """The plan (of one scan) once per key range of the source's table: [first, b1), [b1, b2),
     ..., [bk, last] on the first key column. Read in parallel, the ranges must share one source
     snapshot (the caller only splits when one is exported)."""
     points = open_queryable(source).split_points(table, range_rows)
     if not points:
-        return [pushed]
+        return [plan]
     key0 = table.key[0]
     t = table.arrow_schema.field(key0).type
-    raw = json.loads(pushed) if pushed else {}
     edges = [None, *points, None]
     out = []
     for lo, hi in zip(edges, edges[1:]):
         bounds = []
-        if lo is not None:
-            bounds.append({"op": "ge", "col": key0, "value": _bound(lo, t)})
-        if hi is not None:
-            bounds.append({"op": "lt", "col": key0, "value": _bound(hi, t)})
-        out.append(json.dumps({**raw, "filters": [*raw.get("filters", []), *bounds]}))
+        for edge, op in ((lo, ">="), (hi, "<")):
+            if edge is not None:
+                lit, spark_type = _bound(edge, t)
+                column = Expr.column(key0, spark_type)
+                bounds.append(Expr.call(op, "boolean", column, Expr.literal(lit, spark_type)))
+        out.append(plan.with_filter(0, tuple(bounds)))
     return out

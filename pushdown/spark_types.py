@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 from htap.errors import TableError
@@ -38,13 +40,35 @@ def spark_type(t: pa.DataType) -> str:
 STATS_COMMENT = "htap.stats:"  # keep in sync with HtapCatalog.java
 
 
-def spark_ddl(schema: pa.Schema, stats: tuple[int, ...] | None = None) -> str:
-    """A Spark DDL string for the schema; every column nullable (Spark only trusts the reader).
+_CHAR = re.compile(r"^\s*(character|char|bpchar)\s*\(\s*(\d+)\s*\)\s*$", re.IGNORECASE)
+
+
+def char_lengths(columns) -> dict[str, int]:
+    """The fixed-length string columns (Postgres `char(n)` / `character(n)`, MySQL `char(n)`, not
+    overridden) and their length n: Spark sees them as CHAR(n), so that comparisons with them
+    answer as Spark's CHAR(n) does (the shorter side padded with spaces), as the source's own
+    comparisons and Spark's JDBC source do."""
+    out = {}
+    for c in columns:
+        m = _CHAR.match(c.source_type or "")
+        if m and not c.override and 0 < int(m.group(2)) <= 255:
+            out[c.name] = int(m.group(2))
+    return out
+
+
+def spark_ddl(schema: pa.Schema, stats: tuple[int, ...] | None = None, chars: dict[str, int] | None = None) -> str:
+    """A Spark DDL string for the schema; every column nullable (Spark only trusts the reader);
+    `chars`: string columns of a fixed length (`char_lengths`), as CHAR(n).
 
     `stats` (row versions, bytes of the live deltas, and partitions when known) ride on the first column's comment: the
     shim takes them off again (HtapCatalog) and reports them to Spark's optimizer
     (SupportsReportStatistics), without another round trip to Python."""
-    columns = [f"`{f.name.replace('`', '``')}` {spark_type(f.type)}" for f in schema]
+    chars = chars or {}
+    columns = [
+        f"`{f.name.replace('`', '``')}` " + (f"CHAR({chars[f.name]})" if f.name in chars and pa.types.is_string(f.type)
+                                             else spark_type(f.type))
+        for f in schema
+    ]
     if stats is not None and columns:
         parts = f";parts={int(stats[2])}" if len(stats) > 2 else ""
         columns[0] += f" COMMENT '{STATS_COMMENT}rows={int(stats[0])};bytes={int(stats[1])}{parts}'"
@@ -63,4 +87,5 @@ def table_ddl(store, source: str, schema: str, table: str) -> str:
         return spark_ddl(SCHEMAS[table])
     info = store.get_table(source, schema, table)
     _deltas, rows, size = store.delta_stats(info.id)
-    return spark_ddl(info.arrow_schema, (rows, size, partition_count(decode_bounds(info.partition_bounds_b64))))
+    stats = (rows, size, partition_count(decode_bounds(info.partition_bounds_b64)))
+    return spark_ddl(info.arrow_schema, stats, char_lengths(info.columns))

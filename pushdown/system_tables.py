@@ -1,7 +1,7 @@
 """System tables: `<catalog>.htap.tables` and `<catalog>.htap.freshness`, readable with SQL.
 
-Built from the metadata store at planning time; the pushed subplan (filters, columns, partial
-aggregates) runs on them in DuckDB like on any replica table, so nothing pushed is dropped.
+Built from the metadata store at planning time; the pushed plan (filters, columns, aggregates)
+runs on them in DuckDB like on any replica table, so nothing pushed is dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import queryable_window
 from htap.rewrite import render
 from htap.rewrite.dialects import REPLICA
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import PushedPlan
 
 SYSTEM_SCHEMA = "htap"
 
@@ -67,17 +67,16 @@ def rows(store: MetadataStore, window_s: float, which: str) -> pa.Table:
     return pa.Table.from_pylist(out, schema=SCHEMAS[which])
 
 
-def query(data: pa.Table, subplan: PushedSubplan, output: pa.Schema) -> list[pa.RecordBatch]:
-    """Apply the pushed subplan to a system table's rows."""
+def query(data: pa.Table, plan: PushedPlan, output: pa.Schema) -> list[pa.RecordBatch]:
+    """Apply the pushed plan (of one scan: the system table's) to a system table's rows."""
     con = engine.cursor()
     try:
         con.register("system_rows", data)
-        rows = subplan.carrying_rows(data.schema.names[0])
-        sql = render.select(rows, exp.to_table("system_rows"), data.schema.names).sql(REPLICA)
+        sql = render.render_plan(plan, [render.scan_select(plan.scans[0], exp.to_table("system_rows"))]).sql(REPLICA)
         result = con.sql(sql).to_arrow_table()
     finally:
         con.close()
-    if subplan.needs_no_column:
+    if len(output) == 0:
         return result.select([]).to_batches()
     arrays = [col.combine_chunks().cast(f.type) for col, f in zip(result.columns, output)]
     return pa.Table.from_arrays(arrays, schema=output).to_batches() if result.num_rows else []

@@ -99,27 +99,52 @@ def _at_or_above(keys, split: pa.Scalar):
 
 
 def matching_partitions(splits: pa.Array | None, key0: str, filters) -> list[int]:
-    """Partitions whose key range can hold rows matching the conjunction `filters` (pushed
-    predicates): equality, IN and range comparisons on the first key column prune; anything
-    else, or a literal that does not convert exactly to the key's type, keeps every partition."""
+    """Partitions whose key range can hold rows matching the conjunction `filters` (a pushed scan's
+    filter, htap.rewrite.pushed expressions): `=`, IN and range comparisons of the first key
+    column with literals prune; anything else, or a literal that does not convert exactly to the
+    key's type, keeps every partition."""
     if splits is None:
         return [0]
     count = partition_count(splits)
     keep = set(range(count))
     for f in filters:
-        if f.col != key0 or f.op not in ("eq", "in", "gt", "ge", "lt", "le"):
+        bound = key_bound(f, key0)
+        if bound is None:
             continue
-        literals = f.values if f.op == "in" else (f.value,)
+        op, literals = bound
         parts = [_partition_of(splits, lit) for lit in literals]
         if any(p is None for p in parts):
             continue
-        if f.op in ("eq", "in"):
+        if op in ("=", "IN"):
             keep &= set(parts)
-        elif f.op in ("gt", "ge"):
+        elif op in (">", ">="):
             keep &= set(range(parts[0], count))
         else:
             keep &= set(range(0, parts[0] + 1))
     return sorted(keep)
+
+
+_FLIPPED = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def key_bound(conjunct, key0: str):
+    """(op, literals) when `conjunct` compares column `key0` itself with literals — `key0 op lit`
+    or `lit op key0` (flipped) for = < <= > >=, or `key0 IN (lits)` — else None."""
+    if conjunct.form != "op" or not conjunct.args:
+        return None
+    args = conjunct.args
+    if conjunct.name == "IN":
+        if args[0].form == "col" and args[0].name == key0 and all(a.form == "lit" for a in args[1:]):
+            return "IN", [a.value for a in args[1:]]
+        return None
+    if conjunct.name not in _FLIPPED or len(args) != 2:
+        return None
+    a, b = args
+    if a.form == "col" and a.name == key0 and b.form == "lit":
+        return conjunct.name, [b.value]
+    if b.form == "col" and b.name == key0 and a.form == "lit":
+        return _FLIPPED[conjunct.name], [a.value]
+    return None
 
 
 def _partition_of(splits: pa.Array, literal) -> int | None:

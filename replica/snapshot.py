@@ -16,7 +16,6 @@ from htap.errors import ReplicaError
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import Layout, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
-from htap.rewrite.subplan import PushedSubplan
 
 
 class OutsideWindow(ReplicaError):
@@ -86,17 +85,18 @@ def seq_for_time(store: MetadataStore, table: TableInfo, at: float) -> int:
 
 
 def plan_reads(
-    table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, subplan: PushedSubplan | None = None,
+    table: TableInfo, deltas: list[Delta], seq: int, floor: int | None, filters: tuple = (),
     lease: int | None = None, layout: Layout | None = None,
 ) -> list[ReadPlan]:
     """One read plan per partition of `layout` (the layout at `seq`, `MetadataStore.layout_at`;
-    default: the table's current one, right for seqs since the last repartition) that the
-    subplan's key filters can match, with the deltas that can hold a version visible at `seq`
-    (`deltas`: `MetadataStore.deltas_at(seq)`, or the live ones for the current layout)."""
+    default: the table's current one, right for seqs since the last repartition) that the scan's
+    `filters` (htap.rewrite.pushed conjuncts) can match on the first key column, with the deltas
+    that can hold a version visible at `seq` (`deltas`: `MetadataStore.deltas_at(seq)`, or the
+    live ones for the current layout)."""
     layout = layout or table.layout
     splits = decode_bounds(layout.bounds_b64)
     plans = []
-    for index in matching_partitions(splits, table.key[0], subplan.filters if subplan else ()):
+    for index in matching_partitions(splits, table.key[0], filters):
         part = layout.ids[index]
         mine = [
             d for d in deltas if d.part == part and d.min_seq <= seq and (floor is None or d.max_seq >= floor)
@@ -127,21 +127,21 @@ def pin_and_plan(
     seq: int,
     window_s: float,
     pin_ttl_s: float,
-    subplan: "PushedSubplan | None" = None,
+    filters: tuple = (),
     holder: str | None = None,
 ) -> list[ReadPlan]:
     """Check `seq` is inside the window, lease it (`pin_ttl_s`; a lease of its own for a
-    `holder`, see MetadataStore.lease), and plan the partition reads."""
+    `holder`, see MetadataStore.lease), and plan the partition reads (`filters`: the scan's)."""
     _check_window(store, table, seq, window_s)
     lease, deltas = store.lease(table.id, seq, pin_ttl_s, holder)
-    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), subplan, lease, store.layout_at(table.id, seq))
+    return plan_reads(table, deltas, seq, store.truncated_at(table.id, seq), filters, lease, store.layout_at(table.id, seq))
 
 
 def plan_unleased(store: MetadataStore, table: TableInfo, seq: int, window_s: float) -> list[ReadPlan]:
     """`pin_and_plan` without a lease, writing nothing (a Spark executor may call it): the live
     deltas at `seq` now. Nothing keeps them from being compacted away while they are read."""
     _check_window(store, table, seq, window_s)
-    return plan_reads(table, store.deltas_at(table.id, seq), seq, store.truncated_at(table.id, seq), None, None,
+    return plan_reads(table, store.deltas_at(table.id, seq), seq, store.truncated_at(table.id, seq), (), None,
                       store.layout_at(table.id, seq))
 
 

@@ -1,1 +1,1 @@
-"""The pushed-subplan model and its rendering as SQL for the replica engine and the sources."""
+"""The pushed plan (one IR for everything pushed) and its one renderer, for the replica engine and the sources."""

@@ -1,6 +1,6 @@
-"""Source dialects: what a rendered subplan needs so that a source answers what Spark would.
+"""Source dialects: what a rendered plan needs so that a source answers what Spark would.
 
-`render.select` builds one expression tree for every engine. A source dialect may lack a value
+`htap.rewrite.render` builds one expression tree for every engine. A source dialect may lack a value
 Spark's literals can hold or spell a literal with other semantics; `for_source` rewrites the tree
 for it. String semantics (code-point order, no padding, case-sensitive equality) come from the
 relation each source reads (see `QueryableSource.relation`), not from here.
@@ -28,14 +28,43 @@ Integer arithmetic of exact decimal division (htap.rewrite.render `divide`, INT1
 
 from __future__ import annotations
 
+import os
+
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
+
+from htap.rewrite.pushed import PlanError
+
+
+# Test switch, never set in use: `1` makes every `<` the replica's SQL holds a `<=`, a wrong
+# pushdown that `htap verify replay` must catch (tests/test_verify_replay.py). In the replica's
+# dialect, which every replica query is written in: it reaches every pushed path (a scan's
+# filter, a join's condition, a whole subtree) on the replica route, and leaves the source
+# route, which replay compares with, right.
+BREAK_PUSHDOWN_ENV = "HTAP_TEST_BREAK_PUSHDOWN"
+
+
+# Spark's ANSI division by zero, raised where the divisor is 0: a marker function of the divisor
+# (htap.rewrite.render) that each dialect spells as a runtime error (MySQL has none: a plan
+# dividing on MySQL is not pushed).
+DIVIDE_BY_ZERO = "__HTAP_DIVIDE_BY_ZERO"
+_DIVIDE_BY_ZERO_MESSAGE = "[DIVIDE_BY_ZERO] Division by zero (spark-htap, as Spark's ANSI mode)"
 
 
 class ReplicaDuckDB(DuckDB):
     """DuckDB, with `x IS NOT NULL` written as such (see the module's docstring)."""
 
     class Generator(DuckDB.Generator):
+        def anonymous_sql(self, expression: exp.Anonymous) -> str:
+            if expression.name == DIVIDE_BY_ZERO:
+                return self.func("error", exp.Literal.string(_DIVIDE_BY_ZERO_MESSAGE))
+            return super().anonymous_sql(expression)
+
+        def lt_sql(self, expression: exp.LT) -> str:
+            if os.environ.get(BREAK_PUSHDOWN_ENV) == "1":
+                return self.binary(expression, "<=")
+            return super().lt_sql(expression)
+
         def not_sql(self, expression: exp.Not) -> str:
             inner = expression.this
             if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
@@ -48,6 +77,7 @@ REPLICA = ReplicaDuckDB  # what replica reads render with: `.sql(dialects.REPLIC
 _ORDER = {"nan": 2, "inf": 1, "-inf": -1}  # where a special double sits against every finite one
 _HOLDS = {  # comparison -> sign of (column - literal) for which it holds, given literal position
     exp.EQ: lambda pos: False,
+    exp.NEQ: lambda pos: True,
     exp.GT: lambda pos: pos < 0,
     exp.GTE: lambda pos: pos < 0,
     exp.LT: lambda pos: pos > 0,
@@ -68,7 +98,13 @@ def _always(column: exp.Expression, holds: bool) -> exp.Expression:
     return (exp.EQ if holds else exp.NEQ)(this=column.copy(), expression=column.copy())
 
 
+_FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.NullSafeEQ: exp.NullSafeEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT,
+            exp.LTE: exp.GTE}
+
+
 def _mysql(node: exp.Expression) -> exp.Expression:
+    if type(node) in _FLIPPED and _special_double(node.this) and not _special_double(node.expression):
+        node = _FLIPPED[type(node)](this=node.expression, expression=node.this)  # `NaN > d` is `d < NaN`
     if isinstance(node, exp.NullSafeEQ) and _special_double(node.expression):
         return exp.false()
     if type(node) in _HOLDS and _special_double(node.expression):
@@ -108,12 +144,40 @@ def _integers(query: exp.Expression, dialect: str) -> exp.Expression:
     return query
 
 
+def _divide_by_zero(query: exp.Expression, dialect: str) -> exp.Expression:
+    """The ANSI division-by-zero marker as the dialect's runtime error: Postgres raises on
+    `1 / (0 * divisor)` (not a constant: evaluated only where the divisor is 0)."""
+    if dialect != "postgres":
+        raise PlanError(f"{dialect} divides by zero without an error (Spark's ANSI mode raises): not pushed")
+
+    def spell(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name == DIVIDE_BY_ZERO:
+            zero = exp.Mul(this=exp.Literal.number(0), expression=exp.paren(node.expressions[0].copy(), copy=False))
+            return exp.paren(exp.Div(this=exp.Literal.number(1), expression=exp.paren(zero, copy=False), typed=False,
+                                     safe=False), copy=False)
+        return node
+
+    return query.transform(spell)
+
+
 _TRANSFORMS = {"mysql": _mysql}
 
 
 def for_source(query: exp.Expression, dialect: str) -> exp.Expression:
-    """`query` (from render.select or htap.rewrite.tree) rewritten for a source dialect (a copy)."""
+    """`query` (from htap.rewrite.render) rewritten for a source dialect (a copy). A value the
+    dialect cannot hold where no rewrite decides it (a NaN inside arithmetic, for MySQL) is a
+    PlanError: the shim's planning check then leaves that part of the query to Spark."""
     if dialect in _INTEGERS and any(True for _ in query.find_all(exp.IntDiv)):
         query = _integers(query, dialect)
+    if any(n.name == DIVIDE_BY_ZERO for n in query.find_all(exp.Anonymous)):
+        query = _divide_by_zero(query, dialect)
     transform = _TRANSFORMS.get(dialect)
-    return query if transform is None else query.transform(transform)
+    if transform is None:
+        return query
+    query = query.transform(transform)
+    if dialect == "mysql":
+        left = next((n for n in query.find_all(exp.Cast) if _special_double(n)), None)
+        if left is not None:
+            raise PlanError(f"MySQL/MariaDB holds no {_special_double(left)} double: {left.parent.sql('mysql')!r} cannot be"
+                            " answered by the source")
+    return query

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-
 import datetime as dt
+import json
 import os
 import re
 import sys
@@ -114,6 +114,31 @@ def catalog(spark, workspace):
     spark.conf.set(f"spark.sql.catalog.{name}", "io.sparkhtap.HtapCatalog")
     spark.conf.set(f"spark.sql.catalog.{name}.config", str(workspace.config))
     return name
+
+
+def pushed_plans(explain: str) -> list:
+    """Every pushed plan an EXPLAIN text shows (`pushed={...}` of each HTAP scan), parsed."""
+    from htap.rewrite.pushed import PushedPlan
+
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while (at := explain.find("pushed=", at)) >= 0:
+        raw, at = decoder.raw_decode(explain, at + len("pushed="))
+        out.append(PushedPlan.from_dict(raw))
+    return out
+
+
+def top_aggregate(plan):
+    """The aggregate a pushed plan computes at its top (under a limit, sort or projection), or None."""
+    node = plan.root
+    while node.op in ("limit", "sort", "project"):
+        node = node.children[0]
+    return node if node.op == "aggregate" else None
+
+
+def complete_aggregate(plan) -> bool:
+    """Whether the plan's top aggregate is final: computed whole, in one task."""
+    agg = top_aggregate(plan)
+    return agg is not None and not agg.partial and plan.one_task
 
 
 def normalize(value):

@@ -1,5 +1,5 @@
-"""Spark's AVG of decimals, for tests of its pushed form (htap.rewrite.tree `divide`): the JSON
-SubtreeJson sends for it, Spark's own steps in Python's decimal module, and values to try."""
+"""Spark's AVG of decimals, for tests of its pushed form (htap.rewrite.render `divide`): the plan
+expression the shim sends for it, Spark's own steps in Python's decimal module, and values to try."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def op(name: str, *args: dict, type: str = "boolean") -> dict:
 
 
 def avg_of(arg: dict, p: int, s: int) -> dict:
-    """Spark's AVG of a decimal(p, s) as SubtreeJson sends it: its sum in decimal(p + 10, s)
+    """Spark's AVG of a decimal(p, s) as the shim sends it: its sum in decimal(p + 10, s)
     over its count as decimal(20, 0), divided to decimal(p + 4, s + 4)."""
     total = {"agg": "sum", "distinct": False, "type": f"decimal({min(p + 10, 38)},{s})", "args": [arg]}
     count = {"agg": "count", "distinct": False, "type": "bigint", "args": [arg]}

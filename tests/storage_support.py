@@ -16,7 +16,7 @@ from htap.replica.metadata import MetadataStore
 from htap.replica.models import Column, TableInfo, encode_schema
 from htap.replica.partitions import encode_bounds
 from htap.replica.snapshot import plan_reads
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import PushedPlan, table_plan
 
 SOURCE = "mem"
 
@@ -84,14 +84,15 @@ class DirectTable:
         return plan_reads(self.table, store.deltas_at(tid, seq), seq, store.truncated_at(tid, seq),
                           layout=store.layout_at(tid, seq))
 
-    def read(self, seq: int, subplan: PushedSubplan | None = None, out: pa.Schema | None = None) -> pa.Table:
-        subplan = subplan or PushedSubplan()
+    def read(self, seq: int, plan: PushedPlan | None = None, out: pa.Schema | None = None) -> pa.Table:
+        """The table at `seq`, partition by partition, through `plan` (default: every column)."""
         schema = self.table.arrow_schema
+        pushed = plan or table_plan(self.table.qualified_name, schema.names)
         out = out or schema
         batches = []
-        for plan in self.plans(seq):
+        for read in self.plans(seq):
             batches += list(
-                read_plan(self.warehouse, self.table.qualified_name, schema, list(self.table.key), plan, subplan, out)
+                read_plan(self.warehouse, self.table.qualified_name, schema, list(self.table.key), read, pushed, out)
             )
         return pa.Table.from_batches(batches, schema=out)
 
@@ -100,7 +101,8 @@ class DirectTable:
         partitions' deletion vectors loaded together, htap.replica.dv.load)."""
         schema = self.table.arrow_schema
         read = JoinedTableRead(self.table.qualified_name, schema, list(self.table.key), tuple(self.plans(seq)))
-        return pa.Table.from_batches(list(read_joined(self.warehouse, [read], PushedSubplan(one_task=True), schema)), schema=schema)
+        every = table_plan(self.table.qualified_name, schema.names)
+        return pa.Table.from_batches(list(read_joined(self.warehouse, [read], every, schema)), schema=schema)
 
 
 class ManualClock:

@@ -205,7 +205,7 @@ def test_mysql_connector_events_without_metadata_through_the_replica_reader(dbz)
     from htap.pushdown.replica_reader import read_replica
     from htap.replica.metadata import MetadataStore
     from htap.replica.snapshot import pin_and_plan
-    from htap.rewrite.subplan import PushedSubplan
+    from htap.rewrite.pushed import table_plan
 
     cfg = load_config(ws.config)
     store = MetadataStore(cfg.metadata)
@@ -214,7 +214,7 @@ def test_mysql_connector_events_without_metadata_through_the_replica_reader(dbz)
     for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
         batches += read_replica(
             cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), list(plan.delta_paths),
-            plan.seq, PushedSubplan(), table.arrow_schema, floor=plan.floor, partial=plan.partial,
+            plan.seq, table_plan(table.qualified_name, table.arrow_schema.names), table.arrow_schema, floor=plan.floor, partial=plan.partial,
         )
     store.close()
     got = pa.Table.from_batches(batches, schema=table.arrow_schema).sort_by("id").to_pylist()

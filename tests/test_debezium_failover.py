@@ -8,7 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from conftest import normalized
+from htap.rewrite.pushed import PushedPlan
+
+from conftest import normalized, top_aggregate
 from debezium_events import PgEvents, order
 from services import pg_dsn
 from workspace import DebeziumWorkspace
@@ -78,7 +80,7 @@ def test_debezium_failover_reads_the_origin_database(dbz_pg, spark):
         scan = store.recent_scans(ws.table("orders", schema).id, 1)[0]
     finally:
         store.close()
-    assert scan.route == "source" and scan.pushed["aggregates"]
+    assert scan.route == "source" and top_aggregate(PushedPlan.from_dict(scan.pushed))
     assert source == replica
     with pg.cursor() as cur:
         cur.execute(AGG.format(t=t))

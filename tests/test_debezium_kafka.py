@@ -27,7 +27,7 @@ from htap.conf import load_config
 from htap.pushdown.replica_reader import read_plan
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import pin_and_plan
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import table_plan
 
 from conftest import normalized, wait_until
 from debezium_events import PgEvents, customer, order
@@ -94,7 +94,7 @@ def replica_rows(cfg, table, seq: int) -> list[tuple]:
         batches = []
         for plan in pin_and_plan(store, table, seq, cfg.window_s, pin_ttl_s=60.0):
             batches += list(read_plan(cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), plan,
-                                      PushedSubplan(), table.arrow_schema))
+                                      table_plan(table.qualified_name, table.arrow_schema.names), table.arrow_schema))
     return normalized(tuple(r.values()) for r in pa.Table.from_batches(batches, schema=table.arrow_schema).to_pylist())
 
 

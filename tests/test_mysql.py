@@ -45,10 +45,11 @@ SELECT seq, seq % 256 - 128, seq % 256, seq * 7 - 32768, seq * 11, seq * 1000 - 
   elt(1 + seq % 4, '', 'a', 'b,c', 'a,b,c'), seq % 1024, seq * 12345678901
 FROM (SELECT CAST(seq AS SIGNED) AS seq FROM seq_{lo}_to_{hi}) AS s"""
 
-# What Spark sees, asked of MariaDB: FLOAT widened exactly, TIME and BIT as the replica keeps them.
+# What Spark sees, asked of MariaDB: FLOAT widened exactly, TIME and BIT as the replica keeps them, CHAR(n)
+# padded to n as Spark reads a CHAR(n) column (read-side padding).
 TYPES_QUERY = """
 SELECT id, ti, tu, si, su, mi, mu, i, bi, CAST(bu AS DECIMAL(20,0)), flag, price, big, CAST(f AS DOUBLE), d,
-  c, vc, tx, lt, bn, vb, bl, dt, dtm, dtm6, ts, CAST(tm AS CHAR), CAST(tm3 AS CHAR), yr,
+  RPAD(c, 8, ' '), vc, tx, lt, bn, vb, bl, dt, dtm, dtm6, ts, CAST(tm AS CHAR), CAST(tm3 AS CHAR), yr,
   doc, color, tags, CAST(bits AS UNSIGNED), CAST(CAST(wide AS UNSIGNED) AS DECIMAL(20,0))
 FROM {t}"""
 

@@ -50,7 +50,7 @@ def replica_rows(ws, name: str) -> list[tuple]:
     from htap.pushdown.replica_reader import read_plan
     from htap.replica.metadata import MetadataStore
     from htap.replica.snapshot import pin_and_plan
-    from htap.rewrite.subplan import PushedSubplan
+    from htap.rewrite.pushed import table_plan
 
     cfg = load_config(ws.config)
     store = MetadataStore(cfg.metadata)
@@ -59,7 +59,7 @@ def replica_rows(ws, name: str) -> list[tuple]:
         batches = []
         for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
             batches += read_plan(cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), plan,
-                                 PushedSubplan(), table.arrow_schema)
+                                 table_plan(table.qualified_name, table.arrow_schema.names), table.arrow_schema)
     finally:
         store.close()
     got = pa.Table.from_batches(batches, schema=table.arrow_schema).sort_by(table.key[0])

@@ -30,7 +30,7 @@ from htap.replica.deltas import table_dir
 from htap.replica.metadata import MetadataStore
 from htap.replica.repartition import SPLIT_ABOVE, Counted, changes, collect_orphans, repartition, repartition_table
 from htap.replica.snapshot import pin_and_plan, plan_reads, queryable_window
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import table_plan
 
 from storage_support import DirectTable, ManualClock
 from test_storage_concurrency import Progress
@@ -114,7 +114,7 @@ def test_a_table_grown_tenfold_ends_with_partitions_near_partition_rows(tmp_path
                 time.sleep(rng.random() * 0.02)  # compaction, repartitions and GC run meanwhile
                 rows = []
                 for plan in plans:
-                    for b in read_plan(cfg.warehouse, "t", SCHEMA, ["k"], plan, PushedSubplan(), SCHEMA):
+                    for b in read_plan(cfg.warehouse, "t", SCHEMA, ["k"], plan, table_plan("s.t", SCHEMA.names), SCHEMA):
                         rows += [tuple(r.values()) for r in b.to_pylist()]
             finally:
                 store.release_pin(pin.id)
@@ -149,7 +149,7 @@ def test_a_table_grown_tenfold_ends_with_partitions_near_partition_rows(tmp_path
     window = queryable_window(store, t, window_s)
     for seq in range(window.min_seq, window.max_seq + 1):
         assert table_rows(table.read(seq)) == model_rows({k: list(v) for k, v in history[seq].items()}), f"at seq {seq}"
-    sizes = [sum(b.num_rows for b in read_plan(cfg.warehouse, "t", SCHEMA, ["k"], plan, PushedSubplan(), SCHEMA))
+    sizes = [sum(b.num_rows for b in read_plan(cfg.warehouse, "t", SCHEMA, ["k"], plan, table_plan("s.t", SCHEMA.names), SCHEMA))
              for plan in table.plans(t.max_safe_seq)]
     store.close()
     stats = progress.counts
@@ -295,7 +295,7 @@ def test_service_splits_a_postgres_table_grown_tenfold_while_reads_stay_exact(wo
                     seq = rng.randint(window.min_seq, window.max_seq)
                     rows = []
                     for plan in pin_and_plan(store, table, seq, cfg.window_s, pin_ttl_s=60.0):
-                        for b in read_plan(cfg.warehouse, t, table.arrow_schema, list(table.key), plan, PushedSubplan(),
+                        for b in read_plan(cfg.warehouse, t, table.arrow_schema, list(table.key), plan, table_plan(t, table.arrow_schema.names),
                                            table.arrow_schema):
                             rows += b.to_pylist()
                     ids = [r["id"] for r in rows]
@@ -337,7 +337,7 @@ def test_service_splits_a_postgres_table_grown_tenfold_while_reads_stay_exact(wo
         table = store.table_by_id(ws.table("grown").id)
         replica = []
         for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
-            for b in read_plan(cfg.warehouse, t, table.arrow_schema, list(table.key), plan, PushedSubplan(), table.arrow_schema):
+            for b in read_plan(cfg.warehouse, t, table.arrow_schema, list(table.key), plan, table_plan(t, table.arrow_schema.names), table.arrow_schema):
                 replica += [tuple(r.values()) for r in b.to_pylist()]
     source = ws.sql(f"SELECT id, batch, note FROM {t}")
     assert sorted(replica) == sorted(tuple(r) for r in source)

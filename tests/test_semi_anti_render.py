@@ -1,8 +1,9 @@
-"""Semi and anti joins of a pushed tree (htap.rewrite.tree), rendered flat — an EXISTS / NOT EXISTS
-in one SELECT with the inner joins around it — run by DuckDB (the replica), Postgres and MariaDB
-(a failed-over tree), against a row-by-row model of Spark's semantics: EXISTS, NOT EXISTS and the
-null-aware anti join of NOT IN, with NULL join keys on both sides and empty sides, each below an
-inner join (where Spark's optimizer pushes it, TPC-H Q21), above it, below a filter and a
+"""Semi, anti and existence joins of a pushed plan (htap.rewrite.render), rendered flat — an EXISTS
+/ NOT EXISTS in one SELECT with the inner joins around it — run by DuckDB (the replica), Postgres
+and MariaDB (a failed-over plan), against a row-by-row model of Spark's semantics: EXISTS, NOT
+EXISTS, the null-aware anti join of NOT IN, and the existence join of EXISTS / IN under OR or NOT
+(a boolean column filtered above), with NULL join keys on both sides and empty sides, each below
+an inner join (where Spark's optimizer pushes it, TPC-H Q21), above it, below a filter and a
 projection, over a filtered or joined right side, and nested. The shapes below and above an
 inner join must agree: the flat SELECT is what lets the target order the joins itself.
 The end-to-end check against Spark's own answer is tests/test_spark_subtree_pushdown.py."""
@@ -15,9 +16,8 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from htap import engine
-from htap.rewrite import dialects
-from htap.rewrite.subplan import PushedSubplan
-from htap.rewrite.tree import render_tree_over
+from htap.rewrite import dialects, render
+from htap.rewrite.pushed import PushedPlan
 
 TABLES = {"a": ("id", "k", "v"), "b": ("id", "k", "w"), "c": ("id", "k")}
 PREFIX = "htap_semi_"
@@ -35,9 +35,9 @@ def lit(value: int) -> dict:
     return {"lit": {"type": "long", "value": value}, "type": "int"}
 
 
-A = {"node": "scan", "leaf": 0, "output": ["a_id", "a_k", "a_v"]}
-B = {"node": "scan", "leaf": 1, "output": ["b_id", "b_k", "b_w"]}
-C = {"node": "scan", "leaf": 2, "output": ["c_id", "c_k"]}
+A = {"node": "scan", "scan": 0, "output": ["a_id", "a_k", "a_v"]}
+B = {"node": "scan", "scan": 1, "output": ["b_id", "b_k", "b_w"]}
+C = {"node": "scan", "scan": 2, "output": ["c_id", "c_k"]}
 EQ = op("=", c("a_k"), c("b_k"))
 CONDITIONS = {
     "k = k": EQ,
@@ -47,11 +47,25 @@ CONDITIONS = {
 
 
 def join(kind: str, left: dict, right: dict, on: dict) -> dict:
+    if kind == "existence":  # EXISTS under OR: a's rows where a match exists or a.v > 1
+        exists = {"node": "join", "type": kind, "left": left, "right": right, "on": on, "exists": "ex"}
+        keep = op("OR", {"col": "ex", "type": "boolean"}, op(">", c("a_v"), lit(1)))
+        names = [n for n in ("a_id", "a_k", "a_v") if n in left_columns(left)]
+        return {"node": "project", "exprs": [{"name": n, "expr": c(n)} for n in names],
+                "child": {"node": "filter", "cond": keep, "child": exists}}
     return {"node": "join", "type": kind, "left": left, "right": right, "on": on}
 
 
+def left_columns(node: dict) -> list[str]:
+    if node["node"] == "scan":
+        return node["output"]
+    if node["node"] == "join":
+        return left_columns(node["left"]) + ([] if node["type"] in ("semi", "anti") else left_columns(node["right"]))
+    return [e["name"] for e in node["exprs"]] if "exprs" in node else left_columns(node["child"])
+
+
 def shapes(kind: str, on: dict) -> dict[str, dict]:
-    """Tree roots with the semi/anti join `kind` on `on` (a.k against b.k) in several places."""
+    """Plan roots with the semi/anti/existence join `kind` on `on` (a.k against b.k) in several places."""
     with_c = op("=", c("a_id"), c("c_id"))
     return {
         "alone": join(kind, A, B, on),
@@ -67,14 +81,28 @@ def shapes(kind: str, on: dict) -> dict[str, dict]:
     }
 
 
-def tree(root: dict) -> PushedSubplan:
-    leaves = [{"table": f"s.{t}", "pushed": {"filters": [], "columns": list(cols)}} for t, cols in TABLES.items()]
-    return PushedSubplan.from_dict({"tree": {"leaves": leaves, "root": root}})
+def plan(root: dict) -> tuple[PushedPlan, list[str]]:
+    """The plan of `root` (its scans renumbered in the order they are used) and their tables."""
+    tables: list[str] = []
+
+    def renumber(node):
+        if isinstance(node, dict):
+            if node.get("node") == "scan":
+                table = list(TABLES)[node["scan"]]
+                if table not in tables:
+                    tables.append(table)
+                return {**node, "scan": tables.index(table)}
+            return {k: renumber(v) for k, v in node.items()}
+        return [renumber(v) for v in node] if isinstance(node, list) else node
+
+    renumbered = renumber(root)
+    scans = [{"table": f"s.{t}", "columns": list(TABLES[t])} for t in tables]
+    return PushedPlan.from_dict({"ir": 2, "scans": scans, "root": renumbered}), tables
 
 
 def sql(root: dict, dialect: str) -> str:
-    subplan = tree(root)
-    query = render_tree_over(subplan, [exp.to_table(PREFIX + t) for t in TABLES], [list(cols) for cols in TABLES.values()])
+    pushed, tables = plan(root)
+    query = render.render_plan(pushed, [exp.to_table(PREFIX + t) for t in tables])
     return (query if dialect == "duckdb" else dialects.for_source(query, dialect)).sql(dialect)
 
 
@@ -104,7 +132,7 @@ def value(e: dict, row: dict):
 def model(node: dict, data: dict[str, list[tuple]]) -> list[dict]:
     kind = node["node"]
     if kind == "scan":
-        table = list(TABLES)[node["leaf"]]
+        table = list(TABLES)[node["scan"]]
         return [dict(zip(node["output"], r)) for r in data[table]]
     if kind == "filter":
         return [r for r in model(node["child"], data) if value(node["cond"], r) is True]
@@ -114,6 +142,8 @@ def model(node: dict, data: dict[str, list[tuple]]) -> list[dict]:
     if node["type"] == "inner":
         return [{**x, **y} for x in left for y in right if value(node["on"], {**x, **y}) is True]
     matched = [any(value(node["on"], {**x, **y}) is True for y in right) for x in left]
+    if node["type"] == "existence":
+        return [{**x, node["exists"]: m} for x, m in zip(left, matched)]
     return [x for x, m in zip(left, matched) if m == (node["type"] == "semi")]
 
 
@@ -141,7 +171,7 @@ def answer(conn, text: str) -> list[tuple]:
 keys = st.one_of(st.none(), st.integers(0, 3))
 DATA = st.fixed_dictionaries({
     t: st.lists(st.tuples(*([st.integers(0, 4)] + [keys] * (len(cols) - 1))), max_size=6) for t, cols in TABLES.items()})
-CASES = [(kind, cond, shape) for kind in ("semi", "anti") for cond in CONDITIONS for shape in shapes(kind, EQ)]
+CASES = [(kind, cond, shape) for kind in ("semi", "anti", "existence") for cond in CONDITIONS for shape in shapes(kind, EQ)]
 PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 

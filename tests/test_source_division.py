@@ -1,9 +1,10 @@
 """The pushed AVG of decimals (htap.rewrite.render `divide`, spelled for the source by
 htap.rewrite.dialects) run by the real Postgres and MariaDB a failed-over scan is sent to, in both
-of its forms: a pushed tree's (SubtreeJson's sum over count) and a single table's scan in one
-task (`{"fn": "avg"}`, a complete aggregate). Every answer is Spark's, value and scale
+of the shapes the shim sends it: a whole subtree's (PlanTranslator: Spark's Average as sum over
+count, columns named by expression ids) and a single table's scan in one task (HtapScanBuilder:
+a complete aggregate over the table's columns). Every answer is Spark's, value and scale
 (tests/decimal_support.py follows Spark's steps), and NULL for no rows. DuckDB's spelling is
-checked in tests/unit/test_render_tree.py and tests/unit/test_render.py."""
+checked in the unit tier."""
 
 from __future__ import annotations
 
@@ -16,28 +17,29 @@ from sqlglot import exp
 
 from decimal_support import avg_of, spark_avg, unscaled_decimals
 from htap.rewrite import dialects, render
-from htap.rewrite.subplan import PushedSubplan
-from htap.rewrite.tree import render_tree_over
+from htap.rewrite.pushed import PushedPlan
 
 SHAPES = [(15, 2), (12, 0), (20, 5), (34, 10), (18, 18)]
 
 
-def avg_query(dialect: str, table: str, p: int, s: int) -> str:
-    raw = {"tree": {"leaves": [{"table": "s.d", "pushed": {"filters": [], "columns": ["v"]}}], "root": {
-        "node": "aggregate", "group_by": [], "child": {"node": "scan", "leaf": 0, "output": ["c4"]},
-        "exprs": [{"name": "c5", "expr": avg_of({"col": "c4", "type": f"decimal({p},{s})"}, p, s)}]}}}
-    subplan = PushedSubplan.from_dict(raw)
-    query = render_tree_over(subplan, [exp.to_table(table)], [["v"]])
+def _query(dialect: str, table: str, output: str, name: str, p: int, s: int) -> str:
+    """AVG(v) of `table` as a plan's one aggregate, its input column named `output` in the plan,
+    rendered as the source reader renders it (QueryableSource.render)."""
+    plan = PushedPlan.from_dict({"ir": 2, "scans": [{"table": "s.d", "columns": ["v"]}], "root": {
+        "node": "aggregate", "group_by": [], "child": {"node": "scan", "scan": 0, "output": [output]},
+        "exprs": [{"name": name, "expr": avg_of({"col": output, "type": f"decimal({p},{s})"}, p, s)}]}})
+    query = render.render_plan(plan, [render.scan_select(plan.scans[0], exp.to_table(table))])
     return dialects.for_source(query, dialect).sql(dialect)
 
 
+def avg_query(dialect: str, table: str, p: int, s: int) -> str:
+    """A whole subtree's AVG (PlanTranslator): columns named after expression ids."""
+    return _query(dialect, table, "c4", "c5", p, s)
+
+
 def scan_avg_query(dialect: str, table: str, p: int, s: int) -> str:
-    """A single table's scan with its AVG pushed complete (HtapScanBuilder.exactAverage), as the
-    source reader renders it (QueryableSource.render)."""
-    subplan = PushedSubplan.from_dict({"aggregates": [
-        {"fn": "avg", "arg": {"col": "v", "type": f"decimal({p},{s})"}, "type": f"decimal({p + 4},{s + 4})"}],
-        "complete": True, "one_task": True})
-    return dialects.for_source(render.select(subplan, exp.to_table(table), ["v"]), dialect).sql(dialect)
+    """A single table's scan with its AVG pushed complete (HtapScanBuilder): the table's column, agg0."""
+    return _query(dialect, table, "v", "agg0", p, s)
 
 
 QUERIES = {"tree": avg_query, "scan": scan_avg_query}

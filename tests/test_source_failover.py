@@ -5,9 +5,11 @@ checks against MySQL's grants."""
 from __future__ import annotations
 
 import pytest
-
-from conftest import normalized
 from test_mysql import TYPES_DDL, TYPES_INSERT, assert_same
+
+from htap.rewrite.pushed import PushedPlan
+
+from conftest import normalized, top_aggregate
 
 AGG = "SELECT region, count(*), sum(amount), min(id), max(note) FROM {t} WHERE id > 10 GROUP BY region"
 
@@ -45,7 +47,7 @@ def test_failover_on_and_off_return_identical_results_for_mariadb(my_workspace, 
     source = normalized(spark.sql(q).collect())
     scan = last_route(ws)
     assert scan.route == "source" and "failover is on" in scan.reason
-    assert scan.pushed["aggregates"]  # the same pushed subplan ran on MariaDB
+    assert top_aggregate(PushedPlan.from_dict(scan.pushed))  # the same pushed plan ran on MariaDB
     assert source == replica == normalized(ws.sql(AGG.format(t=orders)))
     rows = f"SELECT * FROM {catalog}.{orders} WHERE region = 'r1' AND note >= 'n3'"
     assert normalized(spark.sql(rows).collect()) == normalized(

@@ -23,7 +23,7 @@ from htap.pushdown.replica_reader import read_plan
 from htap.pushdown.routing import decide
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import pin_and_plan, queryable_window
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import table_plan
 
 from conftest import normalized, wait_until
 from services import PG_SETTINGS, free_port
@@ -55,7 +55,7 @@ def replica_rows(ws, name: str) -> list[tuple]:
         batches = []
         for plan in pin_and_plan(store, table, table.max_safe_seq, cfg.window_s, pin_ttl_s=60.0):
             batches += read_plan(cfg.warehouse, table.qualified_name, table.arrow_schema, list(table.key), plan,
-                                 PushedSubplan(), table.arrow_schema)
+                                 table_plan(table.qualified_name, table.arrow_schema.names), table.arrow_schema)
     return sorted(normalized(tuple(r.values()) for r in pa.Table.from_batches(batches, schema=table.arrow_schema).to_pylist()))
 
 

@@ -282,7 +282,7 @@ def averages(workspace):
     rows += [(4, "0.02"), (4, "0.00"), (4, "0.00"), (4, "-123.45"), (4, "77.77"), (4, "0.01")]
     rows += [(5, None), (5, "5.55"), (5, None)]
     # The largest decimal(15,2) values: their sum does not fit decimal(15,2), the type a scan
-    # reports a pushed partial SUM in (a tree's leaf hands it over whole; SubtreeJson partialSums).
+    # reports a pushed partial SUM in (a tree's leaf hands it over whole; PlanTranslator partialSums).
     rows += [(6, "9999999999999.99"), (6, "9999999999999.99"), (6, "9999999999999.97")]
     rows += [(8, None), (8, None)]  # a group of NULLs only: count 0, AVG NULL
     values = ", ".join(f"({i}, {g}, {'NULL' if x is None else x}, {'NULL' if x is None or abs(float(x)) >= 1e6 else x})"

@@ -20,7 +20,7 @@ from htap.pushdown.replica_reader import read_plan
 from htap.replica.compaction import Policy, collect_garbage, compact_table
 from htap.replica.metadata import MetadataStore
 from htap.replica.snapshot import plan_reads, queryable_window
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import table_plan
 
 from storage_support import DirectTable, ManualClock
 
@@ -110,7 +110,7 @@ def test_reads_stay_exact_while_compaction_and_gc_run(tmp_path):
                 time.sleep(rng.random() * 0.02)  # compaction and GC run meanwhile
                 rows = []
                 for plan in plans:
-                    for b in read_plan(cfg.warehouse, "t", SCHEMA, ["k"], plan, PushedSubplan(), SCHEMA):
+                    for b in read_plan(cfg.warehouse, "t", SCHEMA, ["k"], plan, table_plan("s.t", SCHEMA.names), SCHEMA):
                         rows += [tuple(r.values()) for r in b.to_pylist()]
             finally:
                 store.release_pin(pin.id)

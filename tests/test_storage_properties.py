@@ -25,7 +25,7 @@ from htap.replica.compaction import merge
 from htap.replica.deltas import delete_delta_files, partition_dir
 from htap.replica.repartition import Change, repartition
 from htap.replica.warehouse import as_warehouse
-from htap.rewrite.subplan import Aggregate, PushedSubplan
+from htap.rewrite.pushed import count_plan, table_plan
 
 from storage_support import DirectTable
 
@@ -329,9 +329,9 @@ def test_deletion_vector_scans_of_every_kind_at_every_seq(tmp_path):
             assert [str(r[1]) for r in got] == [str(r[1]) for r in want]  # -0.0 kept its sign
         assert table_rows(table.read(seq)) == want, f"reader at seq {seq}"
         assert table_rows(table.read_one_task(seq)) == want, f"one task at seq {seq}"
-        only_b = table.read(seq, PushedSubplan(columns=("b",)), pa.schema([schema.field("b")]))
+        only_b = table.read(seq, table_plan("s.t", ["b"]), pa.schema([schema.field("b")]))
         assert sorted(only_b.column("b").to_pylist(), key=str) == sorted((r[2] for r in want), key=str)
-        count = table.read(seq, PushedSubplan(aggregates=(Aggregate("count_star"),)), pa.schema([("n", pa.int64())]))
+        count = table.read(seq, count_plan("s.t"), pa.schema([("n", pa.int64())]))
         assert sum(count.column("n").to_pylist()) == len(want), f"count at seq {seq}"
 
 

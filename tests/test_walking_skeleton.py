@@ -9,7 +9,9 @@ import threading
 
 import duckdb
 
-from conftest import DEADLINE_S, normalized, wait_until
+from htap.rewrite.pushed import PushedPlan
+
+from conftest import DEADLINE_S, normalized, top_aggregate, wait_until
 from services import pg_dsn
 
 TYPES_DDL = """
@@ -90,26 +92,23 @@ def test_pushed_filters_columns_and_aggregates_reach_the_reader(workspace, spark
     assert got == want
 
     store = ws.store()
-    pushed = store.recent_scans(ws.table("orders").id, 1)[0].pushed
+    pushed = PushedPlan.from_dict(store.recent_scans(ws.table("orders").id, 1)[0].pushed)
     store.close()
-    assert pushed["group_by"] == ["region"]
-    assert pushed["aggregates"] == [
-        {"fn": "count_star"},
-        {"fn": "sum", "col": "amount"},
-        {"fn": "min", "col": "id"},
-        {"fn": "max", "col": "amount"},
-        {"fn": "count", "col": "note"},
-    ]
-    ops = {(f["op"], f.get("col")) for f in pushed["filters"]}
-    assert ("gt", "id") in ops and ("in", "region") in ops
+    aggregate = top_aggregate(pushed)
+    assert [g.name for g in aggregate.group_by] == ["region"]
+    computed = [(e.name, [a.name for a in e.args]) for _, e in aggregate.exprs if e.form == "agg"]
+    assert computed == [("count_star", []), ("sum", ["amount"]), ("min", ["id"]), ("max", ["amount"]), ("count", ["note"])]
+    ops = {(f.name, f.args[0].name) for f in pushed.scans[0].filter}
+    assert (">", "id") in ops and ("IN", "region") in ops
 
     # Without aggregation: only the required columns are read, string filters are pushed.
     rows = spark.sql(f"SELECT id FROM {catalog}.{t} WHERE note IS NULL AND region LIKE 'r1%'").collect()
     store = ws.store()
-    pushed = store.recent_scans(ws.table("orders").id, 1)[0].pushed
+    pushed = PushedPlan.from_dict(store.recent_scans(ws.table("orders").id, 1)[0].pushed)
     store.close()
-    assert pushed["columns"] == ["id"]
-    assert {("is_null", "note"), ("starts_with", "region")} <= {(f["op"], f.get("col")) for f in pushed["filters"]}
+    assert pushed.root.columns() == ["id"]
+    ops = {(f.name, f.args[0].name) for f in pushed.scans[0].filter}
+    assert {("IS_NULL", "note"), ("STARTS_WITH", "region")} <= ops, ops
     assert normalized(rows) == source_rows(ws, f"SELECT id FROM {t} WHERE note IS NULL AND region LIKE 'r1%'")
 
 

@@ -45,7 +45,8 @@ from htap.replica.models import STATE_UNHEALTHY, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
 from htap.replica.snapshot import ReadPlan, plan_reads, queryable_window
 from htap.replica.warehouse import open_warehouse
-from htap.rewrite.subplan import Literal, Predicate, PushedSubplan
+from htap.pushdown.spark_types import spark_type
+from htap.rewrite.pushed import Expr, Literal, table_plan
 from htap.verify.canonical import Canonical, prepare_batch, prepared_schema, qi, qi_my
 from htap.verify.snapshot import ExportedSnapshot, VerifyError, wait_for_seq
 
@@ -89,7 +90,7 @@ class TokenBucket:
 
 
 def _literal(value, t: pa.DataType) -> Literal | None:
-    """A range bound as a pushed-subplan literal (None: the key type cannot bound a range)."""
+    """A range bound as a pushed-plan literal (None: the key type cannot bound a range)."""
     if pa.types.is_integer(t):
         return Literal("long", int(value))
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -114,12 +115,14 @@ class KeyRange:
     lo: object | None  # inclusive; None: unbounded
     hi: object | None  # exclusive; None: unbounded
 
-    def predicates(self, key0: str, t: pa.DataType) -> tuple[Predicate, ...]:
+    def predicates(self, key0: str, t: pa.DataType) -> tuple[Expr, ...]:
+        """`lo <= key0 < hi` as pushed-plan conjuncts."""
+        name = spark_type(t).lower()
+        column = Expr.column(key0, name)
         out = []
-        if self.lo is not None:
-            out.append(Predicate("ge", col=key0, value=_literal(self.lo, t)))
-        if self.hi is not None:
-            out.append(Predicate("lt", col=key0, value=_literal(self.hi, t)))
+        for bound, op in ((self.lo, ">="), (self.hi, "<")):
+            if bound is not None:
+                out.append(Expr.call(op, "boolean", column, Expr.literal(_literal(bound, t), name)))
         return tuple(out)
 
     def source_where(self, key0: str, t: pa.DataType, dialect: str) -> tuple[str, list]:
@@ -308,15 +311,15 @@ class DataVerifier:
 
     def _replica_table(self, check: TableCheck, rng: KeyRange | None, columns: tuple[str, ...] | None = None) -> pa.Table:
         filters = rng.predicates(check.key0, check.key0_type) if rng else ()
-        subplan = PushedSubplan(columns=columns, filters=filters)
         schema = check.table.arrow_schema
+        plan = table_plan(check.table.qualified_name, columns if columns is not None else schema.names, filters)
         out = schema if columns is None else pa.schema([schema.field(c) for c in columns])
         parts = {check.part_ids[i] for i in matching_partitions(check.splits, check.key0, filters)}
         batches = []
-        for plan in check.plans:
-            if plan.part in parts:
+        for read in check.plans:
+            if read.part in parts:
                 batches += read_plan(
-                    open_warehouse(self.cfg), check.table.qualified_name, schema, list(check.table.key), plan, subplan, out
+                    open_warehouse(self.cfg), check.table.qualified_name, schema, list(check.table.key), read, plan, out
                 )
         return pa.Table.from_batches(batches, schema=out)
 

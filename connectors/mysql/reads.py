@@ -1,7 +1,7 @@
 """MySQL/MariaDB as a queryable source: failover reads, access checks against the grant tables,
 and snapshots aligned with a binlog position.
 
-A source read runs the pushed subplan, rendered in MySQL's dialect, over the table as the
+A source read runs the pushed plan, rendered in MySQL's dialect, over the table as the
 replica holds it (each column's copy expression: FLOAT as an exact double, TIME and BIT as the
 replica has them), and streams the rows back as Arrow batches.
 
@@ -33,7 +33,6 @@ from htap.connectors.mysql.snapshot import fetch_columns, open_snapshot
 from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import SourceTable
 from htap.errors import AccessError, SourceError
-from htap.rewrite.subplan import PushedSubplan
 from htap.seq import format_binlog
 
 READ_CHUNK_ROWS = 65_536
@@ -167,12 +166,6 @@ class MySQLQueryable(QueryableSource):
             finally:
                 conn.close()
         return self._collation
-
-    def read(
-        self, table: SourceTable, subplan: PushedSubplan, output: pa.Schema, snapshot: str | None = None,
-        agree: Callable[[int], None] | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        return self.read_query(self.render(table, subplan), output, snapshot, table.qualified_name, agree=agree)
 
     def read_query(
         self, query: str, output: pa.Schema, snapshot: str | None, what: str, agree: Callable[[int], None] | None = None

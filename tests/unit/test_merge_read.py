@@ -21,14 +21,24 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from unit_support import HEAVY_PROPERTY, cmp, in_, is_null, matches, not_, or_, sortable
+from unit_support import HEAVY_PROPERTY, agg, cmp, col, in_, is_null, matches, not_, one_scan, op, or_, sortable, value
 
 from htap import engine
 from htap.errors import DamagedReplicaError, InternalQueryError, ReplicaError
-from htap.pushdown.replica_reader import BREAK_PUSHDOWN_ENV, read_replica, replica_sql
+from htap.pushdown.replica_reader import (
+    JoinedTableRead,
+    key_conjuncts,
+    read_joined,
+    read_replica,
+    replica_sql,
+    scanned_columns,
+)
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
-from htap.rewrite.subplan import Aggregate, PushedSubplan
+from htap.rewrite import render
+from htap.rewrite.dialects import BREAK_PUSHDOWN_ENV, REPLICA
+from htap.replica.snapshot import ReadPlan
+from htap.rewrite.pushed import Node, PushedPlan, Scan, SortKey
 
 KEY = ["k"]
 COLUMNS = ["k", "a", "b", "c"]
@@ -68,27 +78,31 @@ def model_rows(versions: list[dict], seq: int, floor: int | None) -> list[dict]:
     return out
 
 
-def apply_subplan(rows: list[dict], sp: PushedSubplan) -> list[tuple]:
-    """The pushed subplan over model rows, in Python."""
-    rows = [r for r in rows if matches(sp.filters, r)]
-    if not sp.aggregating:
-        cols = sp.columns if sp.columns is not None else COLUMNS
-        return sortable([tuple(r[c] for c in cols) for r in rows])
+def apply_plan(rows: list[dict], plan: PushedPlan) -> list[tuple]:
+    """A one-scan pushed plan (the scan's rows, or an aggregate of them) over model rows, in Python."""
+    scan = plan.scans[0]
+    rows = [r for r in rows if matches(scan.filter, r)]
+    if plan.root.op == "scan":
+        return sortable([tuple(r[c] for c in scan.columns) for r in rows])
+    node = plan.root
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault(tuple(r[c.name] for c in sp.group_by), []).append(r)
-    if not sp.group_by:
+        groups.setdefault(tuple(r[g.name] for g in node.group_by), []).append(r)
+    if not node.group_by:
         groups.setdefault((), [])
     out = []
-    for g, rs in groups.items():
+    for rs in groups.values():
         values = []
-        for a in sp.aggregates:
-            col = [r[a.col] for r in rs if a.col and r[a.col] is not None]
+        for _name, e in node.exprs:
+            if e.form == "col":  # a grouping column
+                values.append(rs[0][e.name])
+                continue
+            xs = [r[e.args[0].name] for r in rs if e.args and r[e.args[0].name] is not None]
             values.append({
-                "count_star": lambda: len(rs), "count": lambda: len(col), "sum": lambda: sum(col) if col else None,
-                "min": lambda: min(col) if col else None, "max": lambda: max(col) if col else None,
-            }[a.fn]())
-        out.append((*g, *values))
+                "count_star": lambda: len(rs), "count": lambda: len(xs), "sum": lambda: sum(xs) if xs else None,
+                "min": lambda: min(xs) if xs else None, "max": lambda: max(xs) if xs else None,
+            }[e.name]())
+        out.append(tuple(values))
     return sortable(out)
 
 
@@ -135,12 +149,20 @@ def version_sets(draw, partial=True, max_seq=12, keys=KEYS):
     return out
 
 
+TYPES = {"k": "bigint", "a": "bigint", "b": "string", "c": "double"}
+
+
+def every_column() -> PushedPlan:
+    return one_scan(COLUMNS)
+
+
 @st.composite
-def subplans(draw):
+def plans(draw):
     kind = draw(st.sampled_from(["all", "columns", "key filter", "row filter", "both filters", "aggregate"]))
     key_filters = st.sampled_from([
         cmp("eq", "k", "long", 3), cmp("ge", "k", "long", 4), cmp("lt", "k", "long", 2),
         in_("k", ("long", 1), ("long", 5), ("null", None)), not_(cmp("eq", "k", "long", 0)),
+        op("<", value("long", 5), col("k", "bigint")),  # the literal first
     ])
     row_filters = st.sampled_from([
         cmp("gt", "a", "long", 0), is_null("b"), cmp("eq", "b", "string", "x"), cmp("starts_with", "b", "string", "x%"),
@@ -149,28 +171,32 @@ def subplans(draw):
     ])
     columns = st.lists(st.sampled_from(COLUMNS), min_size=1, max_size=4, unique=True).map(tuple)
     if kind == "all":
-        return PushedSubplan()
+        return every_column()
     if kind == "columns":
-        return PushedSubplan(columns=draw(columns))
+        return one_scan(draw(columns))
     if kind == "key filter":
-        return PushedSubplan(columns=draw(columns), filters=(draw(key_filters),))
+        return one_scan(draw(columns), (draw(key_filters),))
     if kind == "row filter":
-        return PushedSubplan(columns=draw(columns), filters=(draw(row_filters),))
+        return one_scan(draw(columns), (draw(row_filters),))
     if kind == "both filters":
-        return PushedSubplan(filters=(draw(key_filters), draw(row_filters)))
+        return one_scan(COLUMNS, (draw(key_filters), draw(row_filters)))
     group_by = draw(st.sampled_from([(), ("b",), ("a", "b")]))
-    aggregates = (Aggregate("count_star"), Aggregate("count", "b"), Aggregate("sum", "a"), Aggregate("max", "c"), Aggregate("min", "k"))
-    return PushedSubplan(filters=tuple(draw(st.lists(row_filters | key_filters, max_size=1))), group_by=group_by, aggregates=aggregates)
+    aggregates = [("n", agg("count_star")), ("nb", agg("count", col("b", "string"))),
+                  ("sa", agg("sum", col("a", "bigint"))), ("mc", agg("max", col("c", "double"), type_="double")),
+                  ("mk", agg("min", col("k", "bigint")))]
+    return one_scan(COLUMNS, draw(st.lists(row_filters | key_filters, max_size=1)),
+                    aggregate=[(g, col(g, TYPES[g])) for g in group_by] + aggregates,
+                    group_by=[col(g, TYPES[g]) for g in group_by])
 
 
 # --- properties ---------------------------------------------------------------------------------
 
 
 @HEAVY_PROPERTY
-@given(version_sets(), st.integers(0, 13), st.none() | st.integers(1, 12), subplans())
+@given(version_sets(), st.integers(0, 13), st.none() | st.integers(1, 12), plans())
 def test_merge_matches_the_version_model(con, versions, seq, floor, sp):
     con.register("deltas", as_delta(versions))
-    expected = apply_subplan(model_rows(versions, seq, floor), sp)
+    expected = apply_plan(model_rows(versions, seq, floor), sp)
     assert run("deltas", seq, sp, floor=floor, partial=True, con=con) == expected
     # without the filters that cannot drop a row of these versions
     assert run("deltas", seq, sp, floor=floor, partial=True, con=con, **needed_filters(versions, seq, floor)) == expected
@@ -219,14 +245,14 @@ _example = iter(range(1 << 30))
 
 
 @HEAVY_PROPERTY
-@given(base_and_newer(), st.integers(0, 12), st.none() | st.integers(1, 8), subplans())
+@given(base_and_newer(), st.integers(0, 12), st.none() | st.integers(1, 8), plans())
 def test_direct_and_base_strategies_match_the_version_model(con, scratch, deltas, seq, floor, sp):
     base, newer = deltas
     folder = scratch / str(next(_example))
     folder.mkdir()
     files = [write(folder, "base", base)] + [write(folder, f"n{i}", vs) for i, vs in enumerate(newer)]
     everything = base + [v for vs in newer for v in vs]
-    expected = apply_subplan(model_rows(everything, seq, floor), sp)
+    expected = apply_plan(model_rows(everything, seq, floor), sp)
     assert run(files, seq, sp, floor=floor, strategy="merge", con=con) == expected
     needed = needed_filters(everything, seq, floor)
     if newer:
@@ -279,7 +305,7 @@ def test_reads_at_a_seq_reproduce_the_sources_state(con, history, data):
     con.register("deltas", as_delta(versions))
     for seq in data.draw(st.lists(st.sampled_from(sorted(states)), min_size=1, max_size=3, unique=True), label="read seqs"):
         floor = max((t for t in truncations if t <= seq), default=None)  # as MetadataStore.truncated_at
-        got = run("deltas", seq, PushedSubplan(), floor=floor, partial=True, con=con)
+        got = run("deltas", seq, every_column(), floor=floor, partial=True, con=con)
         assert got == sortable([tuple(r[c] for c in COLUMNS) for r in states[seq].values()]), f"at seq {seq}"
 
 
@@ -298,7 +324,7 @@ def test_named_cases(con):
         version(3, None, None, None, seq=5, unset=BIT["a"]),  # after a delete the unset column is NULL
     ]
     con.register("deltas", as_delta(versions))
-    read = lambda seq, **kw: run("deltas", seq, PushedSubplan(), partial=True, con=con, **kw)  # noqa: E731
+    read = lambda seq, **kw: run("deltas", seq, every_column(), partial=True, con=con, **kw)  # noqa: E731
     assert read(0) == []
     assert read(1) == [(1, 10, "a", 1.0), (2, 20, "b", None)]
     assert read(2) == [(1, 10, None, 1.0), (3, 30, "c", None)]
@@ -310,20 +336,30 @@ def test_named_cases(con):
 
 
 def test_key_filters_are_applied_before_the_collapse():
-    sp = PushedSubplan(columns=("b",), filters=(cmp("eq", "k", "long", 3), cmp("gt", "a", "long", 1)))
+    key_eq, value_gt = cmp("eq", "k", "long", 3), cmp("gt", "a", "long", 1)
+    flipped = op(">", value("long", 9), col("k", "bigint"))  # 9 > k: on the key too
+    mixed = or_(cmp("eq", "k", "long", 1), cmp("eq", "a", "long", 1))
+    sp = one_scan(["b"], (key_eq, value_gt, flipped, mixed))
+    assert key_conjuncts(sp.scans[0], KEY) == ([key_eq, flipped], [value_gt, mixed])
     sql = replica_sql("deltas", KEY, COLUMNS, 9, sp)
     inner, outer = sql.split("QUALIFY")
-    assert '"k" = 3' in inner and '"a" > 1' in outer and '"a" > 1' not in inner
+    text = {c: render.expr(c).sql(REPLICA) for c in (key_eq, value_gt, flipped, mixed)}
+    assert text[key_eq] in inner and text[flipped] in inner
+    assert text[value_gt] in outer and text[value_gt] not in inner and text[mixed] not in inner
 
 
 def test_only_referenced_and_key_columns_are_read():
-    sql = replica_sql("deltas", KEY, COLUMNS, 9, PushedSubplan(columns=("b",)))
+    sql = replica_sql("deltas", KEY, COLUMNS, 9, one_scan(["b"]))
     assert '"a"' not in sql and '"c"' not in sql and '"k"' in sql
+    filtered = Scan("public.t", ("b",), (cmp("gt", "c", "double", 0.5),))
+    assert scanned_columns(COLUMNS, KEY, filtered, "merge") == ["k", "b", "c"]  # filter columns too
+    assert scanned_columns(COLUMNS, KEY, filtered, "direct") == ["b", "c"]  # one version per key: no merge key
+    assert scanned_columns(COLUMNS, KEY, Scan("public.t", ()), "direct") == ["k"]  # no column: one all the same
 
 
 def test_the_break_pushdown_test_switch(con, monkeypatch):
     con.register("deltas", as_delta([version(k, k, seq=1) for k in range(5)]))
-    sp = PushedSubplan(columns=("k",), filters=(cmp("lt", "a", "long", 2),))
+    sp = one_scan(["k"], (cmp("lt", "a", "long", 2),))
     monkeypatch.delenv(BREAK_PUSHDOWN_ENV, raising=False)
     assert run("deltas", 1, sp, con=con) == [(0,), (1,)]
     monkeypatch.setenv(BREAK_PUSHDOWN_ENV, "1")
@@ -339,7 +375,7 @@ def test_composite_keys(con):
         {"r": "us", "id": 1, "v": None, SEQ: 3, OP: 1, UNSET_MASK: 0},
     ]
     con.register("ck", pa.Table.from_pylist(rows, schema=delta_schema(schema)))
-    sql = replica_sql("ck", ["id", "r"], ["r", "id", "v"], 3, PushedSubplan(), partial=True)
+    sql = replica_sql("ck", ["id", "r"], ["r", "id", "v"], 3, one_scan(["r", "id", "v"]), partial=True)
     assert con.sql(sql).fetchall() == [("eu", 1, 1)]
 
 
@@ -366,7 +402,7 @@ def test_versioned_source_reads_old_deltas_under_the_new_schema(con, tmp_path):
     pq.write_table(old, tmp_path / "old.parquet")
     pq.write_table(new, tmp_path / "new.parquet")
     source = versioned_source([str(tmp_path / "old.parquet"), str(tmp_path / "new.parquet")], [1, 2], {"c": 2}, COLUMNS)
-    assert run(source, 9, PushedSubplan(), con=con) == [(1, 1, "x", None), (2, 2, "y", 2.0)]
+    assert run(source, 9, every_column(), con=con) == [(1, 1, "x", None), (2, 2, "y", 2.0)]
 
 
 def test_parquet_source_quotes_paths():
@@ -379,25 +415,25 @@ def test_parquet_source_quotes_paths():
 def test_read_replica_streams_cast_batches(tmp_path):
     pq.write_table(as_delta([version(1, 5, "x", 0.5, seq=1), version(2, 6, None, None, seq=1)]), tmp_path / "d.parquet")
     out = pa.schema([("total", pa.decimal128(20, 0)), ("n", pa.int64())])
-    sp = PushedSubplan(aggregates=(Aggregate("sum", "a"), Aggregate("count_star")))
+    sp = one_scan(["a"], aggregate=[("total", agg("sum", col("a", "bigint"))), ("n", agg("count_star"))])
     batches = list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 1, sp, out))
     assert pa.Table.from_batches(batches).to_pylist() == [{"total": decimal.Decimal(11), "n": 2}]
 
 
 def test_read_replica_without_deltas_is_empty(tmp_path):
-    assert pa.Table.from_batches(list(read_replica(tmp_path, "public.t", SCHEMA, KEY, [], 5, PushedSubplan(), SCHEMA)),
+    assert pa.Table.from_batches(list(read_replica(tmp_path, "public.t", SCHEMA, KEY, [], 5, every_column(), SCHEMA)),
                                  schema=SCHEMA).num_rows == 0
 
 
 def test_read_replica_names_a_missing_delta(tmp_path):
     with pytest.raises(DamagedReplicaError, match=r"^damaged replica: delta file .*gone.parquet is missing \(table public.t\)"):
-        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["gone.parquet"], 5, PushedSubplan(), SCHEMA))
+        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["gone.parquet"], 5, every_column(), SCHEMA))
 
 
 def test_read_replica_names_a_corrupt_delta(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     with pytest.raises(DamagedReplicaError, match=r"^damaged replica: delta file .*bad.parquet is corrupt"):
-        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["bad.parquet"], 5, PushedSubplan(), SCHEMA))
+        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["bad.parquet"], 5, every_column(), SCHEMA))
 
 
 def test_a_corrupt_page_behind_an_intact_footer_is_damage(tmp_path):
@@ -406,7 +442,7 @@ def test_a_corrupt_page_behind_an_intact_footer_is_damage(tmp_path):
     data = bytearray((tmp_path / "d.parquet").read_bytes())
     data[len(data) // 3: len(data) // 3 + 2000] = b"\xff" * 2000  # inside the data pages, footer untouched
     (tmp_path / "d.parquet").write_bytes(bytes(data))
-    sp = PushedSubplan(aggregates=(Aggregate("sum", "a"), Aggregate("count", "b")))
+    sp = one_scan(["a", "b"], aggregate=[("s", agg("sum", col("a", "bigint"))), ("n", agg("count", col("b", "string")))])
     out = pa.schema([("s", pa.decimal128(38, 0)), ("n", pa.int64())])
     with pytest.raises(DamagedReplicaError, match="d.parquet is corrupt"):
         list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, sp, out))
@@ -416,7 +452,7 @@ def test_our_own_failing_sql_over_intact_files_is_not_damage(tmp_path):
     # A pushed filter DuckDB cannot evaluate here ('x' is no integer): an error in our SQL, not
     # in the files, so it must not mark the table unhealthy (only DamagedReplicaError does).
     pq.write_table(as_delta([version(1, 5, "x", seq=1)]), tmp_path / "d.parquet")
-    sp = PushedSubplan(columns=("k",), filters=(cmp("eq", "a", "string", "x"),))
+    sp = one_scan(["k"], (cmp("eq", "a", "string", "x"),))
     with pytest.raises(InternalQueryError, match="failed on intact files") as e:
         list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, sp, pa.schema([("k", pa.int64())])))
     assert not isinstance(e.value, ReplicaError)
@@ -425,7 +461,7 @@ def test_our_own_failing_sql_over_intact_files_is_not_damage(tmp_path):
 def test_read_replica_refuses_a_result_of_the_wrong_width(tmp_path):
     pq.write_table(as_delta([version(1, seq=1)]), tmp_path / "d.parquet")
     with pytest.raises(InternalQueryError, match="replica query returned 4 columns, Spark expects 1"):
-        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, PushedSubplan(), pa.schema([("k", pa.int64())])))
+        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, every_column(), pa.schema([("k", pa.int64())])))
 
 
 def test_no_test_switch_is_left_on():
@@ -438,7 +474,71 @@ def test_a_scan_that_needs_no_column_returns_rows_without_columns(tmp_path):
     # parser error reported as a damaged replica (and the table was marked unhealthy).
     pq.write_table(as_delta([version(k, k, seq=1) for k in range(5)] + [version(3, seq=2, op=OP_DELETE)]), tmp_path / "d.parquet")
     empty = pa.schema([])
-    for sp in (PushedSubplan(columns=()), PushedSubplan(columns=(), filters=(cmp("gt", "a", "long", 0),))):
+    for sp in (one_scan([]), one_scan([], (cmp("gt", "a", "long", 0),))):
         batches = list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 2, sp, empty))
         assert all(b.num_columns == 0 and b.schema.equals(empty) for b in batches)
-        assert sum(b.num_rows for b in batches) == (4 if not sp.filters else 3)
+        assert sum(b.num_rows for b in batches) == (4 if not sp.scans[0].filter else 3)
+
+
+# --- read_joined: several scans (or one table's partitions) in one DuckDB query ------------------
+
+
+def joined_reads(tmp_path, first_parts=(0, 1)):
+    """Two tables over local deltas at seq 2: t1 in two partitions (k 1, 2 | k 3 deleted, 4, 5),
+    a = 10 k; t2 in one (k 1, 2, 4; a = k)."""
+    pq.write_table(as_delta([version(1, 10, seq=1), version(2, 20, "x", seq=1)]), tmp_path / "t1p0.parquet")
+    pq.write_table(as_delta([version(3, 30, seq=1), version(4, 40, seq=1), version(5, 50, seq=1),
+                             version(3, seq=2, op=OP_DELETE)]), tmp_path / "t1p1.parquet")
+    pq.write_table(as_delta([version(k, k, seq=1) for k in (1, 2, 4)]), tmp_path / "t2p0.parquet")
+    t1 = [ReadPlan(p, 2, (f"t1p{p}.parquet",), None, False) for p in first_parts]
+    t2 = [ReadPlan(0, 2, ("t2p0.parquet",), None, False)]
+    return [JoinedTableRead("src.public.t1", SCHEMA, KEY, tuple(t1)), JoinedTableRead("src.public.t2", SCHEMA, KEY, tuple(t2))]
+
+
+JOIN_COUNT = PushedPlan(
+    (Scan("public.t1", ("k", "a"), (cmp("gt", "a", "long", 10),)), Scan("public.t2", ("k",))),
+    Node("aggregate", (Node("join", (Node("scan", scan=0, output=("c1", "c2")), Node("scan", scan=1, output=("c3",))),
+                            cond=op("=", col("c1", "bigint"), col("c3", "bigint")), join_type="inner"),),
+         exprs=(("n", agg("count_star")), ("s", agg("sum", col("c2", "bigint"))))))
+COUNT_SUM = pa.schema([("n", pa.int64()), ("s", pa.int64())])
+
+
+def test_read_joined_joins_each_scans_current_rows_with_its_own_filter(tmp_path):
+    # t1 at seq 2 with a > 10: k 2, 4, 5; joined with t2's k 1, 2, 4: k 2 and 4
+    got = pa.Table.from_batches(list(read_joined(tmp_path, joined_reads(tmp_path), JOIN_COUNT, COUNT_SUM)), schema=COUNT_SUM)
+    assert got.to_pylist() == [{"n": 2, "s": 60}]
+
+
+def test_read_joined_over_a_table_with_every_partition_pruned_still_answers(tmp_path):
+    # No partition of t1 left (its key filter pruned them all): an empty relation, the global aggregate's one row
+    got = pa.Table.from_batches(list(read_joined(tmp_path, joined_reads(tmp_path, first_parts=()), JOIN_COUNT, COUNT_SUM)),
+                                schema=COUNT_SUM)
+    assert got.to_pylist() == [{"n": 0, "s": None}]
+    rows_only = PushedPlan((Scan("public.t1", ()), Scan("public.t2", ("k",))), Node("aggregate", (Node("join", (
+        Node("scan", scan=0, output=()), Node("scan", scan=1, output=("c3",))), join_type="cross"),),
+        exprs=(("n", agg("count_star")),)))
+    out = pa.schema([("n", pa.int64())])
+    assert pa.Table.from_batches(list(read_joined(tmp_path, joined_reads(tmp_path, first_parts=()), rows_only, out)),
+                                 schema=out).to_pylist() == [{"n": 0}]
+    assert pa.Table.from_batches(list(read_joined(tmp_path, joined_reads(tmp_path), rows_only, out)),
+                                 schema=out).to_pylist() == [{"n": 4 * 3}]
+
+
+def test_read_joined_reads_one_tables_partitions_as_one_relation_and_a_self_join(tmp_path):
+    reads = joined_reads(tmp_path)
+    # a single table's scan in one task: its top-N final over both partitions
+    top = PushedPlan((Scan("public.t1", ("k", "a")),), Node("limit", (Node("scan", scan=0, output=("c1", "c2")),),
+                                                             keys=(SortKey(col("c2", "bigint"), False, False),), limit=2))
+    out = pa.schema([("k", pa.int64()), ("a", pa.int64())])
+    assert pa.Table.from_batches(list(read_joined(tmp_path, reads[:1], top, out)), schema=out).to_pylist() == [
+        {"k": 5, "a": 50}, {"k": 4, "a": 40}]
+    # t1 joined with itself (k = k + 1 on a's): each scan its own view of the same table
+    self_join = PushedPlan((Scan("public.t1", ("k",)), Scan("public.t1", ("k", "a"), (cmp("lt", "a", "long", 50),))),
+                           Node("join", (Node("scan", scan=0, output=("c1",)), Node("scan", scan=1, output=("c2", "c3"))),
+                                cond=op("=", col("c1", "bigint"), op("+", col("c2", "bigint"), value("long", 1), type_="bigint")),
+                                join_type="inner"))
+    out = pa.schema([("k", pa.int64()), ("k2", pa.int64()), ("a", pa.int64())])
+    got = pa.Table.from_batches(list(read_joined(tmp_path, [reads[0], reads[0]], self_join, out)), schema=out).to_pylist()
+    assert sorted((r["k"], r["k2"]) for r in got) == [(2, 1), (5, 4)]
+    with pytest.raises(InternalQueryError, match="1 table reads for a plan of 2 scans"):
+        list(read_joined(tmp_path, reads[:1], self_join, out))

@@ -10,13 +10,15 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from unit_support import PROPERTY, UTC, cmp, in_, is_null
+from unit_support import PROPERTY, UTC, cmp, col, in_, is_null, not_, op, or_, value
 
 from htap import engine
+from htap.rewrite.pushed import Literal
 from htap.replica.partitions import (
     choose_splits,
     decode_bounds,
     encode_bounds,
+    key_bound,
     matching_partitions,
     partition_count,
     split_by_partition,
@@ -160,12 +162,45 @@ CASES = [
     ("out of the key type's range", [cmp("eq", "k", "decimal", "99999999999999999999")], [0, 1, 2, 3]),
     ("a non-numeric string", [cmp("eq", "k", "string", "abc")], [0, 1, 2, 3]),
     ("a prunable filter next to one that cannot prune", [cmp("eq", "k", "string", "x"), cmp("eq", "k", "long", 31)], [3]),
+    # IR conjuncts (htap.rewrite.pushed): the literal on the left is the comparison flipped
+    ("literal = key", [op("=", value("long", 15), col("k", "bigint"))], [1]),
+    ("literal < key: key > literal", [op("<", value("long", 25), col("k", "bigint"))], [2, 3]),
+    ("literal >= key: key <= literal", [op(">=", value("long", 9), col("k", "bigint"))], [0]),
+    ("<> does not prune", [cmp("<>", "k", "long", 15)], [0, 1, 2, 3]),
+    ("key compared with a column does not prune", [op("=", col("k", "bigint"), col("other", "bigint"))], [0, 1, 2, 3]),
+    ("key compared with an expression does not prune", [
+        op("=", col("k", "bigint"), op("+", value("long", 1), value("long", 14), type_="bigint"))], [0, 1, 2, 3]),
+    ("an expression of the key does not prune", [
+        op("=", op("+", col("k", "bigint"), value("long", 1), type_="bigint"), value("long", 15))], [0, 1, 2, 3]),
+    ("in with a column among the values does not prune", [
+        op("IN", col("k", "bigint"), value("long", 1), col("other", "bigint"))], [0, 1, 2, 3]),
+    ("a literal in a list of the key does not prune", [op("IN", value("long", 15), col("k", "bigint"))], [0, 1, 2, 3]),
+    ("not of an eq does not prune", [not_(cmp("eq", "k", "long", 15))], [0, 1, 2, 3]),
+    ("an or of eqs does not prune", [or_(cmp("eq", "k", "long", 5), cmp("eq", "k", "long", 35))], [0, 1, 2, 3]),
 ]
 
 
 @pytest.mark.parametrize("case,filters,expected", CASES, ids=[c[0] for c in CASES])
 def test_matching_partitions(case, filters, expected):
     assert matching_partitions(SPLITS, "k", filters) == expected
+
+
+@pytest.mark.parametrize("conjunct, expected", [
+    (cmp("eq", "k", "long", 5), ("=", [Literal("long", 5)])),
+    (cmp("lt", "k", "long", 5), ("<", [Literal("long", 5)])),
+    (op("<", value("long", 5), col("k")), (">", [Literal("long", 5)])),
+    (op("<=", value("long", 5), col("k")), (">=", [Literal("long", 5)])),
+    (op(">", value("long", 5), col("k")), ("<", [Literal("long", 5)])),
+    (op(">=", value("long", 5), col("k")), ("<=", [Literal("long", 5)])),
+    (in_("k", ("long", 1), ("null", None)), ("IN", [Literal("long", 1), Literal("null", None)])),
+    (cmp("eq", "other", "long", 5), None),
+    (cmp("eq_null_safe", "k", "long", 5), None),
+    (is_null("k"), None),
+    (col("k", "boolean"), None),
+    (value("boolean", True), None),
+])
+def test_key_bound_reads_key_comparisons_with_literals_either_way_round(conjunct, expected):
+    assert key_bound(conjunct, "k") == expected
 
 
 def test_one_partition_is_always_read():

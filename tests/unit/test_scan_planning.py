@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from unit_support import cmp
 
 from htap.pushdown.planning import ScanRequest, plan_scan, plan_scans
 from htap.pushdown.routing import RoutingError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import Column
-from htap.rewrite.subplan import PushedSubplan
+from htap.rewrite.pushed import Scan, table_plan, to_dict
 
 WINDOW_S, PIN_TTL_S = 3600.0, 60.0
 
@@ -40,7 +41,16 @@ class Exports:
 def scan(store, table, token="q1", mode="auto", exports=None, **kw):
     req = ScanRequest(source="src", schema="public", table=table, mode=mode, snapshot_token=token,
                       snapshot_tables=("cat.public.a", "cat.public.b"), **kw)
-    return plan_scan(store, req, PushedSubplan(), window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S, export=exports or Exports())
+    plan = table_plan(f"public.{table}", ["id"])
+    return plan_scan(store, req, plan.scans[0], to_dict(plan), window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S,
+                     export=exports or Exports())
+
+
+def scans(*tables: str) -> list[Scan]:
+    return [Scan(f"public.{t}", ("id",)) for t in tables]
+
+
+RECORD = {"ir": 2, "scans": [], "root": {"node": "scan", "scan": 0, "output": []}}  # what the routing record keeps
 
 
 def test_scans_of_one_query_read_the_replica_at_the_seq_the_first_fixed(store):
@@ -102,7 +112,7 @@ def test_time_travel_and_lone_scans_decide_alone(store):
 def joined(store, token=None, mode="auto", exports=None):
     reqs = [ScanRequest(source="src", schema="public", table=t, mode=mode, snapshot_token=token,
                         snapshot_tables=("cat.public.a", "cat.public.b") if token else ()) for t in ("a", "b")]
-    return plan_scans(store, reqs, [PushedSubplan(), PushedSubplan()], window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S,
+    return plan_scans(store, reqs, scans("a", "b"), RECORD, window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S,
                       export=exports or Exports())
 
 
@@ -121,7 +131,7 @@ def test_a_lone_joined_scan_never_mixes_the_seqs_of_its_tables(store):
     store.start_copy(c.id)
     store.finish_copy(c.id, [NewDelta(c.id, "c0", 200, 200, 1, 10, 0, 0)], copy_seq=200, partition_bounds=None)
     reqs = [ScanRequest(source="src", schema="public", table=t, mode="auto") for t in ("a", "c")]
-    plan = lambda: plan_scans(store, reqs, [PushedSubplan(), PushedSubplan()], window_s=WINDOW_S,  # noqa: E731
+    plan = lambda: plan_scans(store, reqs, scans("a", "c"), RECORD, window_s=WINDOW_S,  # noqa: E731
                               pin_ttl_s=PIN_TTL_S, export=Exports())
     assert [p.route.target for p in plan()] == ["source", "source"]
     store.commit_checkpoint("src", [], 210, time.time())
@@ -144,3 +154,20 @@ def test_a_joined_scan_in_a_query_that_reads_the_source_shares_its_exported_snap
     a, b = joined(store, token="q1", exports=exports)
     assert a.route.target == b.route.target == "source"
     assert a.source_snapshot == b.source_snapshot == "snap-0" and exports.names == ["snap-0"]
+
+
+def test_every_table_of_a_joined_scan_records_the_whole_plan(store):
+    a, b = joined(store, token="q1")
+    for plan in (a, b):
+        assert store.recent_scans(plan.table.id, 1)[0].pushed == RECORD
+
+
+def test_a_self_join_is_one_routing_record_and_both_reads_at_one_seq(store):
+    table = store.get_table("src", "public", "a")
+    reqs = [ScanRequest(source="src", schema="public", table="a", mode="auto") for _ in range(2)]
+    conjunct = cmp("gt", "id", "long", 5, spark="int")
+    two = [Scan("public.a", ("id",)), Scan("public.a", ("id",), (conjunct,))]
+    first, second = plan_scans(store, reqs, two, RECORD, window_s=WINDOW_S, pin_ttl_s=PIN_TTL_S, export=Exports())
+    assert first.route.target == second.route.target == "replica" and first.route.seq == second.route.seq == 110
+    assert first.reads and second.reads
+    assert [r.pushed for r in store.recent_scans(table.id, 10)] == [RECORD]

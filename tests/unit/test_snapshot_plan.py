@@ -8,7 +8,7 @@ import pickle
 
 import pyarrow as pa
 import pytest
-from unit_support import cmp, in_, make_delta, make_table
+from unit_support import cmp, col, in_, make_delta, make_table, op, value
 
 from htap.errors import ReplicaError
 from htap.replica.models import STATE_CATCHING_UP, STATE_UNHEALTHY
@@ -22,7 +22,6 @@ from htap.replica.snapshot import (
     read_strategy,
     seq_for_time,
 )
-from htap.rewrite.subplan import PushedSubplan
 
 # --- read_strategy ------------------------------------------------------------------------------
 
@@ -121,12 +120,15 @@ def test_every_matching_partition_gets_a_plan_even_without_deltas():
 def test_key_filters_prune_partitions():
     t = make_table(splits=[100, 200])
     ds = [make_delta(1, 5, part=p, path=f"p{p}") for p in range(3)]
-    eq = PushedSubplan(filters=(cmp("eq", "id", "long", 150),))
+    eq = (cmp("eq", "id", "long", 150),)  # a scan's filter conjuncts (htap.rewrite.pushed)
     assert [p.part for p in plan_reads(t, ds, 9, None, eq)] == [1]
-    many = PushedSubplan(filters=(in_("id", ("long", 1), ("long", 250)),))
+    many = (in_("id", ("long", 1), ("long", 250)),)
     assert [p.part for p in plan_reads(t, ds, 9, None, many)] == [0, 2]
-    other_column = PushedSubplan(filters=(cmp("eq", "v", "string", "x"),))
+    flipped = (op(">=", value("long", 199), col("id", "bigint")), cmp("ge", "id", "long", 100))  # 100 <= id <= 199
+    assert [p.part for p in plan_reads(t, ds, 9, None, flipped)] == [1]
+    other_column = (cmp("eq", "v", "string", "x"),)
     assert [p.part for p in plan_reads(t, ds, 9, None, other_column)] == [0, 1, 2]
+    assert [p.part for p in plan_reads(t, ds, 9, None)] == [0, 1, 2]  # no filter
 
 
 def test_schema_versions_of_deltas_and_columns_added_later():
@@ -219,3 +221,12 @@ def test_pin_and_plan_refuses_seqs_outside_the_window_and_unreadable_tables():
     with pytest.raises(ReplicaError, match=r"not readable \(state: unhealthy; disk gone\)"):
         pin_and_plan(store, make_table(state=STATE_UNHEALTHY, error="disk gone"), 20, 600.0, 60.0)
     assert store.pins == []
+
+
+def test_pin_and_plan_prunes_partitions_by_the_scans_filter():
+    ds = [make_delta(1, 10, part=p, path=f"p{p}") for p in range(3)]
+    store = FakeStore(1000.0, [(500.0, 10)], deltas=ds)
+    t = make_table(copy_seq=0, max_safe_seq=30, splits=[100, 200])
+    plans = pin_and_plan(store, t, 20, 600.0, 60.0, (cmp("ge", "id", "long", 200),), "driver-1")
+    assert [p.part for p in plans] == [2] and store.pins == [(t.id, 20, 60.0)]
+    assert [p.part for p in pin_and_plan(store, t, 20, 600.0, 60.0)] == [0, 1, 2]

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pytest
 from sqlglot import exp
-from unit_support import check_golden, lit_json
+from unit_support import agg, check_golden, cmp, col, in_, not_, one_scan
 
 from htap.conf import MySQLConfig, PostgresConfig
 from htap.connectors.mysql.reads import MySQLQueryable
 from htap.connectors.postgres import PostgresSource
 from htap.connectors.tables import Column
-from htap.rewrite import dialects
-from htap.rewrite.subplan import PushedSubplan
+from htap.errors import SourceError
+from htap.rewrite import dialects, render
+from htap.rewrite.pushed import Expr, Literal, PlanError, PushedPlan
 
 
 @dataclass(frozen=True)
@@ -51,37 +52,54 @@ MY_TABLE = Table(
 )
 
 
-def f(op, col, type_, value):
-    return {"op": op, "col": col, "value": lit_json(type_, value)}
+def rows(table: Table, *filters: Expr) -> PushedPlan:
+    """A scan of every column of the table with `filters` (one task per key range)."""
+    return one_scan([c.name for c in table.columns], filters, table=table.qualified_name)
 
 
-CASES: dict[str, dict] = {
-    "string order by code point": {"filters": [f("gt", "s", "string", "M"), f("le", "s", "string", "v")]},
-    "string equality is case- and padding-sensitive": {"filters": [f("eq", "s", "string", "ab ")]},
-    "char(n) compares its padded value": {"filters": [f("eq", "c", "string", "ab  ")]},
-    "like escapes": {"filters": [f("starts_with", "s", "string", "50%_off"), f("ends_with", "s", "string", "C:\\"),
-                                 f("contains", "s", "string", "it's")]},
-    "group by and min/max of strings": {"group_by": ["s"], "aggregates": [{"fn": "min", "col": "c"}, {"fn": "count_star"}]},
-    "special doubles": {"filters": [f("lt", "d", "double", "NaN"), f("ge", "d", "double", "Infinity"),
-                                    f("gt", "d", "double", "-Infinity"), f("eq_null_safe", "d", "double", "NaN"),
-                                    {"op": "in", "col": "d", "values": [lit_json("double", "Infinity"), lit_json("double", 1.5)]},
-                                    {"op": "in", "col": "d", "values": [lit_json("double", "NaN")]}]},
-    "finite doubles and -0.0": {"filters": [f("eq", "d", "double", -0.0), f("gt", "d", "double", 0.1)]},
-    "timestamps keep microseconds and UTC": {"filters": [f("ge", "ts", "timestamp", 1_700_000_000_123_456),
-                                                         f("lt", "ts", "timestamp", -1)]},
-    "nulls": {"filters": [{"op": "not", "arg": f("eq", "id", "long", 1)}, f("eq_null_safe", "s", "null", None)]},
-}
-MY_CASES = {**CASES, "timestamp_ntz keeps microseconds": {"filters": [f("eq", "tsn", "timestamp_ntz", "2024-02-29T23:59:59.999999")]}}
+def cases(table: Table) -> dict[str, PushedPlan]:
+    return {
+        "string order by code point": rows(table, cmp("gt", "s", "string", "M"), cmp("le", "s", "string", "v")),
+        "string equality is case- and padding-sensitive": rows(table, cmp("eq", "s", "string", "ab ")),
+        "char(n) compares its padded value": rows(table, cmp("eq", "c", "string", "ab  ")),
+        "like escapes": rows(table, cmp("starts_with", "s", "string", "50%_off"), cmp("ends_with", "s", "string", "C:\\"),
+                             cmp("contains", "s", "string", "it's")),
+        "group by and min/max of strings": one_scan(
+            ["s", "c"], table=table.qualified_name, group_by=[col("s", "string")],
+            aggregate=[("s", col("s", "string")), ("c7", agg("min", col("c", "string"), type_="string")), ("c8", agg("count_star"))]),
+        "special doubles": rows(table, cmp("lt", "d", "double", "NaN"), cmp("ge", "d", "double", "Infinity"),
+                                cmp("gt", "d", "double", "-Infinity"), cmp("eq_null_safe", "d", "double", "NaN"),
+                                in_("d", ("double", "Infinity"), ("double", 1.5)), in_("d", ("double", "NaN"))),
+        "finite doubles and -0.0": rows(table, cmp("eq", "d", "double", -0.0), cmp("gt", "d", "double", 0.1)),
+        "timestamps keep microseconds and UTC": rows(table, cmp("ge", "ts", "timestamp", 1_700_000_000_123_456),
+                                                     cmp("lt", "ts", "timestamp", -1)),
+        "nulls": rows(table, not_(cmp("eq", "id", "long", 1, spark="int")), cmp("eq_null_safe", "s", "null", None)),
+    }
 
 
 def test_golden_postgres_source_sql():
     src = PostgresSource(PostgresConfig(name="p", dsn=""))
-    check_golden("source_postgres.sql", {case: src.render(PG_TABLE, PushedSubplan.from_dict(raw)) for case, raw in CASES.items()})
+    check_golden("source_postgres.sql", {case: src.render([PG_TABLE], plan) for case, plan in cases(PG_TABLE).items()})
 
 
 def test_golden_mysql_source_sql():
     src = MySQLQueryable(MySQLConfig(name="m"), collation="utf8mb4_nopad_bin")
-    check_golden("source_mysql.sql", {case: src.render(MY_TABLE, PushedSubplan.from_dict(raw)) for case, raw in MY_CASES.items()})
+    my_cases = {**cases(MY_TABLE), "timestamp_ntz keeps microseconds": rows(
+        MY_TABLE, cmp("eq", "tsn", "timestamp_ntz", "2024-02-29T23:59:59.999999"))}
+    check_golden("source_mysql.sql", {case: src.render([MY_TABLE], plan) for case, plan in my_cases.items()})
+
+
+def test_a_plan_is_rendered_over_as_many_tables_as_it_scans():
+    src = PostgresSource(PostgresConfig(name="p", dsn=""))
+    with pytest.raises(SourceError, match="1 scans rendered over 2 tables"):
+        src.render([PG_TABLE, PG_TABLE], rows(PG_TABLE))
+
+
+def test_mysql_refuses_a_special_double_it_cannot_decide():
+    # NaN inside arithmetic: MySQL holds no NaN and no rewrite decides it, so the source cannot answer.
+    plus = Expr.call("+", "double", col("d", "double"), Expr.literal(Literal("double", "NaN"), "double"))
+    with pytest.raises(PlanError, match="holds no nan"):
+        dialects.for_source(render.expr(Expr.call(">", "boolean", plus, col("d", "double"))), "mysql")
 
 
 # --- MySQL's special doubles: the rewrite keeps Spark's answer in three-valued logic ---------------
@@ -112,8 +130,9 @@ def evaluate(node: exp.Expression, value: float | None):
 
 @pytest.mark.parametrize("op,special,value", list(itertools.product(OPS, SPECIALS, [None, -1e308, -0.0, 0.0, 2.5, 1e308])))
 def test_mysql_special_double_comparisons_keep_sparks_answer(op, special, value):
-    from htap.rewrite.render import predicate
-    from htap.rewrite.subplan import Literal, Predicate
-
-    rewritten = dialects.for_source(predicate(Predicate(op, col="d", value=Literal("double", special))), "mysql")
+    rewritten = dialects.for_source(render.expr(cmp(op, "d", "double", special)), "mysql")
     assert evaluate(rewritten, value) == spark_compare(op, value, SPECIALS[special])
+    # the literal first: `NaN > d` is `d < NaN`
+    flipped = {"eq": "=", "lt": ">", "le": ">=", "gt": "<", "ge": "<="}[op]
+    literal_first = Expr.call(flipped, "boolean", Expr.literal(Literal("double", special), "double"), col("d", "double"))
+    assert evaluate(dialects.for_source(render.expr(literal_first), "mysql"), value) == spark_compare(op, value, SPECIALS[special])

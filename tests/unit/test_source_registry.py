@@ -15,7 +15,10 @@ from htap.errors import ConfigError, SourceError
 from htap.seq import BINLOG, LSN, PLAIN
 
 CFG = Path("/cfg/htap.toml")
-KIND_BRANCH = re.compile(r"""\bkind\s*(==|!=)\s*["']|\.kind\s+(not\s+)?in\s*[(\[{]""")
+# A branch on a source kind: `kind == "postgres"` (any registered kind's name) or `.kind in (...)`.
+# (Other things named kind, a pushed join's type in htap.rewrite.pushed, are no source kinds.)
+_KIND_NAMES = "|".join(re.escape(k) for k in registry.KINDS)
+KIND_BRANCH = re.compile(rf"""\bkind\s*(==|!=)\s*["']({_KIND_NAMES})["']|\.kind\s+(not\s+)?in\s*[(\[{{]""")
 
 
 def source(raw: dict):

@@ -1,5 +1,6 @@
-"""Shared helpers of the unit tier: TableInfo/Delta factories, literals, golden files, a
-pure-Python model of SQL predicates (three-valued logic), and the property-test settings.
+"""Shared helpers of the unit tier: TableInfo/Delta factories, pushed-plan builders (literals,
+predicates, one-scan plans), golden files, a pure-Python model of pushed predicates (three-valued
+logic), and the property-test settings.
 
 Nothing here starts a server: the unit tier runs on pure Python, pyarrow and in-process DuckDB.
 """
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from htap.connectors.tables import Column
 from htap.replica.models import STATE_STREAMING, Delta, TableInfo, encode_schema
 from htap.replica.partitions import encode_bounds
-from htap.rewrite.subplan import Literal, Predicate
+from htap.rewrite.pushed import Expr, Literal, Node, PushedPlan, Scan
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_GOLDEN_ENV = "HTAP_UPDATE_GOLDEN"  # `HTAP_UPDATE_GOLDEN=1 pytest tests/unit` rewrites the golden files
@@ -122,7 +123,20 @@ def make_delta(
     )
 
 
-# --- pushed subplans ------------------------------------------------------------------------
+# --- pushed plans (htap.rewrite.pushed) ----------------------------------------------------------
+
+# A pushed literal's type -> the Spark type the shim types such an expression with.
+SPARK_TYPES = {
+    "long": "bigint", "double": "double", "decimal": "decimal(38,10)", "string": "string", "date": "date",
+    "timestamp": "timestamp", "timestamp_ntz": "timestamp_ntz", "boolean": "boolean", "null": "void",
+}
+# The short names tests use (the old V1 filter names) -> the IR's operations.
+OPS = {
+    "eq": "=", "ne": "<>", "eq_null_safe": "<=>", "gt": ">", "ge": ">=", "lt": "<", "le": "<=",
+    "starts_with": "STARTS_WITH", "ends_with": "ENDS_WITH", "contains": "CONTAINS",
+}
+COMPARISONS = ("=", "<>", "<=>", "<", "<=", ">", ">=")
+STRING_MATCHES = ("STARTS_WITH", "ENDS_WITH", "CONTAINS")
 
 
 def lit(type_: str, value=None) -> Literal:
@@ -133,37 +147,89 @@ def lit_json(type_: str, value=None) -> dict:
     return {"type": type_, "value": value}
 
 
-def cmp(op: str, col: str, type_: str, value) -> Predicate:
-    return Predicate(op, col=col, value=Literal(type_, value))
+def spark_type(literal_type: str) -> str:
+    return SPARK_TYPES[literal_type]
 
 
-def in_(col: str, *values: tuple[str, object]) -> Predicate:
-    return Predicate("in", col=col, values=tuple(Literal(t, v) for t, v in values))
+def col(name: str, type_: str = "") -> Expr:
+    return Expr.column(name, type_)
 
 
-def and_(*args: Predicate) -> Predicate:
-    return Predicate("and", args=tuple(args))
+def value(type_: str, v, spark: str | None = None) -> Expr:
+    """A typed literal expression (its Spark type from the literal's unless given)."""
+    return Expr.literal(Literal(type_, v), spark or spark_type(type_))
 
 
-def or_(*args: Predicate) -> Predicate:
-    return Predicate("or", args=tuple(args))
+def op(name: str, *args: Expr, type_: str = "boolean") -> Expr:
+    return Expr.call(OPS.get(name, name), type_, *args)
 
 
-def not_(arg: Predicate) -> Predicate:
-    return Predicate("not", args=(arg,))
+def cmp(op_: str, column: str, type_: str, v, spark: str | None = None) -> Expr:
+    """`column op literal` as the shim sends it: both sides typed with the literal's Spark type
+    (or `spark`). `op_`: an IR operation or one of the short names of OPS."""
+    t = spark or spark_type(type_)
+    return Expr.call(OPS.get(op_, op_), "boolean", Expr.column(column, t), Expr.literal(Literal(type_, v), t))
 
 
-def is_null(col: str) -> Predicate:
-    return Predicate("is_null", col=col)
+def in_(column: str, *values: tuple[str, object], spark: str | None = None) -> Expr:
+    types = [t for t, _ in values if t != "null"]
+    ct = spark or (spark_type(types[0]) if types else "void")
+    return Expr.call("IN", "boolean", Expr.column(column, ct), *(Expr.literal(Literal(t, v), ct) for t, v in values))
 
 
-def is_not_null(col: str) -> Predicate:
-    return Predicate("is_not_null", col=col)
+def and_(*args: Expr) -> Expr:
+    return Expr.call("AND", "boolean", *args)
+
+
+def or_(*args: Expr) -> Expr:
+    return Expr.call("OR", "boolean", *args)
+
+
+def not_(arg: Expr) -> Expr:
+    return Expr.call("NOT", "boolean", arg)
+
+
+def is_null(column: str, type_: str = "") -> Expr:
+    return Expr.call("IS_NULL", "boolean", Expr.column(column, type_))
+
+
+def is_not_null(column: str, type_: str = "") -> Expr:
+    return Expr.call("IS_NOT_NULL", "boolean", Expr.column(column, type_))
+
+
+def agg(fn: str, *args: Expr, type_: str = "bigint", distinct: bool = False) -> Expr:
+    """An aggregate call (count_star takes no argument)."""
+    return Expr("agg", type_, fn, args=tuple(args), distinct=distinct)
+
+
+def scan_node(k: int, *output: str) -> Node:
+    return Node("scan", scan=k, output=tuple(output))
+
+
+def one_scan(
+    columns, filters=(), *, table: str = "public.t", aggregate=None, group_by=(), partial: bool = True,
+    keys=(), limit: int | None = None, split: int | None = 0,
+) -> PushedPlan:
+    """A plan of one table's scan, as the shim pushes a single table's scan: its columns
+    (output under their own names) and filter conjuncts; optionally an aggregate above it
+    (`aggregate`: [(name, expr)], grouped by `group_by`; partial: per task), and a sort or top-N
+    (`keys`, `limit`) at the root."""
+    columns = tuple(columns)
+    scan = Scan(table, columns, tuple(filters))
+    root = Node("scan", scan=0, output=columns)
+    if aggregate is not None:
+        root = Node("aggregate", (root,), exprs=tuple(aggregate), group_by=tuple(group_by), partial=partial)
+    if limit is not None:
+        root = Node("limit", (root,), keys=tuple(keys), limit=limit)
+    elif keys:
+        root = Node("sort", (root,), keys=tuple(keys))
+    return PushedPlan((scan,), root, split)
 
 
 # --- a model of SQL predicate evaluation ---------------------------------------------------------
 # Three-valued logic (None is UNKNOWN), NaN equal to itself and above every other double (DuckDB,
 # Postgres and Spark agree on that), LIKE-free string matches. Used as the oracle for rendered SQL.
+# It interprets pushed-plan expressions (htap.rewrite.pushed.Expr) over a row (a dict).
 
 
 def literal_value(lit: Literal):
@@ -194,52 +260,66 @@ def _order_key(v):
     return (0, v)
 
 
+_COMPARE = {
+    "=": lambda a, b: a == b, "<>": lambda a, b: a != b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+}
+
+
 def _compare(op: str, a, b):
     if a is None or b is None:
         return None
-    ka, kb = _order_key(a), _order_key(b)
-    return {"eq": ka == kb, "gt": ka > kb, "ge": ka >= kb, "lt": ka < kb, "le": ka <= kb}[op]
+    return _COMPARE[op](_order_key(a), _order_key(b))
 
 
-def evaluate(p: Predicate, row: dict):
-    """True, False or None (UNKNOWN) for one row."""
-    op = p.op
-    if op in ("eq", "gt", "ge", "lt", "le"):
-        return _compare(op, row[p.col], literal_value(p.value))
-    if op == "eq_null_safe":
-        a, b = row[p.col], literal_value(p.value)
+def _kleene_and(results):
+    if False in results:
+        return False
+    return None if None in results else True
+
+
+def _kleene_or(results):
+    if True in results:
+        return True
+    return None if None in results else False
+
+
+def evaluate(e: Expr, row: dict):
+    """The value of an expression for one row; for a predicate True, False or None (UNKNOWN)."""
+    if e.form == "col":
+        return row[e.name]
+    if e.form == "lit":
+        return literal_value(e.value)
+    if e.form != "op":
+        raise AssertionError(f"no model for {e.form} expressions")
+    op, args = e.name, e.args
+    if op in _COMPARE:
+        return _compare(op, evaluate(args[0], row), evaluate(args[1], row))
+    if op == "<=>":
+        a, b = evaluate(args[0], row), evaluate(args[1], row)
         if a is None or b is None:
             return a is None and b is None
-        return _compare("eq", a, b)
-    if op == "in":
-        a = row[p.col]
+        return _compare("=", a, b)
+    if op == "IN":
+        a = evaluate(args[0], row)
         if a is None:
             return None
-        results = [_compare("eq", a, literal_value(v)) for v in p.values]
-        if True in results:
-            return True
-        return None if None in results else False
-    if op == "is_null":
-        return row[p.col] is None
-    if op == "is_not_null":
-        return row[p.col] is not None
-    if op in ("starts_with", "ends_with", "contains"):
-        a, b = row[p.col], literal_value(p.value)
+        return _kleene_or([_compare("=", a, evaluate(v, row)) for v in args[1:]])
+    if op == "IS_NULL":
+        return evaluate(args[0], row) is None
+    if op == "IS_NOT_NULL":
+        return evaluate(args[0], row) is not None
+    if op in STRING_MATCHES:
+        a, b = evaluate(args[0], row), evaluate(args[1], row)
         if a is None or b is None:
             return None
-        return {"starts_with": a.startswith, "ends_with": a.endswith, "contains": a.__contains__}[op](b)
-    if op == "and":
-        results = [evaluate(a, row) for a in p.args]
-        if False in results:
-            return False
-        return None if None in results else True
-    if op == "or":
-        results = [evaluate(a, row) for a in p.args]
-        if True in results:
-            return True
-        return None if None in results else False
-    if op == "not":
-        r = evaluate(p.args[0], row)
+        return {"STARTS_WITH": a.startswith, "ENDS_WITH": a.endswith, "CONTAINS": a.__contains__}[op](b)
+    if op == "AND":
+        return _kleene_and([evaluate(a, row) for a in args])
+    if op == "OR":
+        return _kleene_or([evaluate(a, row) for a in args])
+    if op == "NOT":
+        r = evaluate(args[0], row)
         return None if r is None else not r
     raise AssertionError(f"no model for {op}")
 

@@ -1,18 +1,18 @@
 -- inner join, duplicate names
-SELECT "t0"."id" AS "c0", "t0"."name" AS "c1", "t1"."id" AS "c2", "t1"."name" AS "c3" FROM (SELECT "id", "name" FROM "s"."a") AS t0 INNER JOIN (SELECT "id", "name", "a_id" FROM "s"."b") AS t1 ON ("t0"."id" = "t1"."a_id")
+SELECT "q1"."id" AS "c1", "q1"."name" AS "c2", "q2"."id" AS "c3", "q2"."name" AS "c4" FROM (SELECT "id", "name" FROM "j"."a") AS q1 INNER JOIN (SELECT "id", "name", "a_id" FROM "j"."b") AS q2 ON ("q1"."id" = "q2"."a_id")
 
 -- left join with a filter on the right table
-SELECT "t0"."id" AS "c0", "t1"."v" AS "c1" FROM (SELECT "id", "k" FROM "s"."a") AS t0 LEFT JOIN (SELECT "a_id", "v" FROM "s"."b" WHERE "v" > 10) AS t1 ON ("t0"."id" = "t1"."a_id")
+SELECT "q1"."c1" AS "c1", "q1"."c4" AS "c4" FROM (SELECT "q2"."c1", "q2"."c2", "q3"."c3", "q3"."c4" FROM (SELECT "q4"."id" AS "c1", "q4"."k" AS "c2" FROM (SELECT "id", "k" FROM "j"."a") AS q4) AS q2 LEFT JOIN (SELECT "q5"."a_id" AS "c3", "q5"."v" AS "c4" FROM (SELECT "a_id", "v" FROM "j"."b" WHERE ("v" > CAST(10 AS BIGINT))) AS q5) AS q3 ON ("q2"."c1" = "q3"."c3")) AS q1
 
 -- right join
-SELECT "t0"."id" AS "c0", "t1"."id" AS "c1" FROM (SELECT "id" FROM "s"."a") AS t0 RIGHT JOIN (SELECT "id", "a_id" FROM "s"."b") AS t1 ON ("t0"."id" = "t1"."a_id")
+SELECT "q1"."c1" AS "c1", "q1"."c3" AS "c3" FROM (SELECT "q2"."c1", "q3"."c3", "q3"."c4" FROM (SELECT "q4"."id" AS "c1" FROM (SELECT "id" FROM "j"."a") AS q4) AS q2 RIGHT JOIN (SELECT "q5"."id" AS "c3", "q5"."a_id" AS "c4" FROM (SELECT "id", "a_id" FROM "j"."b") AS q5) AS q3 ON ("q2"."c1" = "q3"."c4")) AS q1
 
 -- null-safe join
-SELECT "t0"."id" AS "c0", "t1"."id" AS "c1" FROM (SELECT "id", "k" FROM "s"."a") AS t0 INNER JOIN (SELECT "id", "a_id" FROM "s"."b") AS t1 ON ("t0"."k" IS NOT DISTINCT FROM "t1"."a_id")
+SELECT "q1"."id" AS "c1", "q2"."id" AS "c3" FROM (SELECT "id", "k" FROM "j"."a") AS q1 INNER JOIN (SELECT "id", "a_id" FROM "j"."b") AS q2 ON ("q1"."k" IS NOT DISTINCT FROM "q2"."a_id")
 
 -- three tables, complete aggregate, top-N
-SELECT "t0"."k" AS "group0", SUM(CAST(((CAST("t1"."v" AS BIGINT)) * (CAST("t2"."w" AS BIGINT))) AS BIGINT)) AS "agg0", COUNT(*) AS "agg1", COUNT(DISTINCT "t1"."id") AS "agg2" FROM (SELECT "id", "k" FROM "s"."a") AS t0 INNER JOIN (SELECT "id", "a_id", "v" FROM "s"."b") AS t1 ON ("t0"."id" = "t1"."a_id") INNER JOIN (SELECT "b_id", "w" FROM "s"."c") AS t2 ON ("t2"."b_id" = "t1"."id") GROUP BY "t0"."k" ORDER BY "agg0" DESC, "group0" ASC NULLS FIRST LIMIT 2
+SELECT "c2", "c10", "c11", "c12" FROM (SELECT "c2" AS "c2", CAST(SUM(CAST(((CAST("c5" AS BIGINT)) * (CAST("c7" AS BIGINT))) AS BIGINT)) AS BIGINT) AS "c10", COUNT(*) AS "c11", COUNT(DISTINCT "c3") AS "c12" FROM (SELECT "q1"."id" AS "c1", "q1"."k" AS "c2", "q2"."id" AS "c3", "q2"."a_id" AS "c4", "q2"."v" AS "c5", "q3"."b_id" AS "c6", "q3"."w" AS "c7" FROM (SELECT "id", "k" FROM "j"."a") AS q1 INNER JOIN (SELECT "id", "a_id", "v" FROM "j"."b") AS q2 ON ("q1"."id" = "q2"."a_id") INNER JOIN (SELECT "b_id", "w" FROM "j"."c") AS q3 ON ("q3"."b_id" = "q2"."id")) AS q4 GROUP BY "c2") AS q5 ORDER BY "c11" DESC, "c2" ASC NULLS FIRST LIMIT 2
 
 -- top-N of joined rows, split by a table
-SELECT "t1"."id" AS "c0", "t0"."name" AS "c1" FROM (SELECT "id", "name" FROM "s"."a") AS t0 INNER JOIN (SELECT "id", "name", "a_id" FROM "s"."b") AS t1 ON ("t0"."id" = "t1"."a_id") ORDER BY "t0"."name" ASC, "t1"."id" DESC NULLS FIRST LIMIT 3
+SELECT "c3", "c2" FROM (SELECT "q2"."id" AS "c3", "q1"."name" AS "c2" FROM (SELECT "id", "name" FROM "j"."a") AS q1 INNER JOIN (SELECT "id", "name", "a_id" FROM "j"."b") AS q2 ON ("q1"."id" = "q2"."a_id")) AS q3 ORDER BY "c2" ASC, "c3" DESC NULLS FIRST LIMIT 3
 

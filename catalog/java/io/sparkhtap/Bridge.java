@@ -131,7 +131,7 @@ final class Bridge {
       throw new IllegalStateException("spark-htap catalog call failed (exit " + code + "): " + argv + "\n" + message);
     }
     try {
-      return PushedJson.MAPPER.readTree(answer.path("out").asText(""));
+      return Ir.MAPPER.readTree(answer.path("out").asText(""));
     } catch (IOException e) {
       throw new IllegalStateException("spark-htap catalog call " + argv + " answered no JSON: " + answer, e);
     }
@@ -152,7 +152,7 @@ final class Bridge {
                                            boolean binaryAsBytes) {
     List<String> argv = new ArrayList<>(List.of("--config", options.get("config"), "plan-read"));
     try {
-      argv.add(PushedJson.MAPPER.writeValueAsString(new java.util.TreeMap<>(options)));
+      argv.add(Ir.MAPPER.writeValueAsString(new java.util.TreeMap<>(options)));
     } catch (IOException e) {
       throw new IllegalStateException("cannot write a scan's options as JSON: " + e, e);
     }
@@ -167,7 +167,7 @@ final class Bridge {
       throw new IllegalStateException("spark-htap could not plan the read of " + table + " (exit " + code + "): " + message);
     }
     try {
-      JsonNode planned = PushedJson.MAPPER.readTree(answer.path("out").asText(""));
+      JsonNode planned = Ir.MAPPER.readTree(answer.path("out").asText(""));
       Base64.Decoder b64 = Base64.getDecoder();
       List<byte[]> partitions = new ArrayList<>();
       for (JsonNode p : planned.path("partitions")) partitions.add(b64.decode(p.asText()));
@@ -226,10 +226,10 @@ final class Bridge {
         throw new IllegalStateException("interrupted", e);
       }
       try {
-        ObjectNode request = PushedJson.MAPPER.createObjectNode();
+        ObjectNode request = Ir.MAPPER.createObjectNode();
         ArrayNode args = request.putArray("argv");
         argv.forEach(args::add);
-        String line = PushedJson.MAPPER.writeValueAsString(request);
+        String line = Ir.MAPPER.writeValueAsString(request);
         for (int attempt = 0; ; attempt++) {
           BlockingQueue<Object> queue = start();
           try {
@@ -254,7 +254,7 @@ final class Bridge {
             throw new IllegalStateException("the spark-htap catalog bridge (" + python + " -m htap.catalog.bridge --serve)"
                 + " exited while answering " + label + ":\n" + tail);
           }
-          return PushedJson.MAPPER.readTree((String) answer);
+          return Ir.MAPPER.readTree((String) answer);
         }
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();

@@ -41,9 +41,23 @@ public final class Fallbacks {
 
   private Fallbacks() {}
 
-  /** Whether {@code t} may be caught and turned into "not pushed" (not a fatal JVM error). */
+  /**
+   * A wrong spark-htap setting of the session (a conf with a value it does not take): the user's
+   * to fix, so it fails the query with a message naming the right values, never a fallback.
+   */
+  static final class BadSetting extends IllegalArgumentException {
+    BadSetting(String message) {
+      super(message);
+    }
+  }
+
+  /**
+   * Whether {@code t} may be caught and turned into "not pushed": not a fatal JVM error, and not
+   * a {@link BadSetting} (which the user must see).
+   */
   static boolean recoverable(Throwable t) {
-    return !(t instanceof VirtualMachineError || t instanceof ThreadDeath || t instanceof LinkageError);
+    return !(t instanceof VirtualMachineError || t instanceof ThreadDeath || t instanceof LinkageError
+        || t instanceof BadSetting);
   }
 
   /**

@@ -16,6 +16,7 @@ import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
 import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -122,7 +123,8 @@ public class HtapCatalog implements TableCatalog {
           stats[kv[0].equals("rows") ? 0 : kv[0].equals("bytes") ? 1 : 2] = Long.parseLong(kv[1]);
         }
         StructField[] fields = schema.fields().clone();
-        fields[0] = new StructField(first.name(), first.dataType(), first.nullable(), Metadata.empty());
+        Metadata kept = new MetadataBuilder().withMetadata(first.metadata()).remove("comment").build();  // CHAR(n)'s stays
+        fields[0] = new StructField(first.name(), first.dataType(), first.nullable(), kept);
         schema = new StructType(fields);
       }
     }

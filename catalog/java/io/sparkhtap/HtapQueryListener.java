@@ -104,7 +104,7 @@ final class HtapQueryListener extends SparkListener {
     Matcher m = DAMAGE.matcher(failure);
     while (m.find()) {
       try {
-        JsonNode facts = PushedJson.MAPPER.readTree(m.group(1));
+        JsonNode facts = Ir.MAPPER.readTree(m.group(1));
         if (facts.hasNonNull("table_id") && facts.hasNonNull("delta")) {
           reports.add(List.of(facts.get("table_id").asText(), facts.get("delta").asText()));
         }

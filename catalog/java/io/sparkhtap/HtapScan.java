@@ -5,7 +5,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
@@ -19,14 +18,19 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.Statistics;
 import org.apache.spark.sql.connector.read.SupportsReportStatistics;
 import org.apache.spark.sql.connector.read.SupportsRuntimeV2Filtering;
-import org.apache.spark.sql.internal.connector.PredicateUtils;
-import org.apache.spark.sql.sources.Filter;
-import org.apache.spark.sql.sources.GreaterThanOrEqual;
-import org.apache.spark.sql.sources.In;
-import org.apache.spark.sql.sources.LessThanOrEqual;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.Literal;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DateType;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.IntegralType;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.types.TimestampNTZType;
+import org.apache.spark.sql.types.TimestampType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
@@ -36,15 +40,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntimeV2Filtering {
   /** A runtime IN filter with more values than this is applied as the range of its values. */
   static final int MAX_RUNTIME_VALUES = 1000;
-  /**
-   * Value types whose order is the same in Java, the replica and every source (so the range of an
-   * IN's values holds all of them): no strings (collations differ) and no floating point.
-   */
-  private static final java.util.Set<Class<?>> RANGE_TYPES = java.util.Set.of(
-      Byte.class, Short.class, Integer.class, Long.class, java.math.BigDecimal.class,
-      java.sql.Date.class, java.time.LocalDate.class, java.sql.Timestamp.class, java.time.Instant.class,
-      java.time.LocalDateTime.class);
-  /** The pushed subplan as planned, before any runtime filter was added (see {@link #filter}). */
+  /** The pushed plan as planned, before any runtime filter was added (see {@link #filter}). */
   private String plannedPushed;
 
   private final String description;
@@ -146,7 +142,7 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
       }
       all.put("lease_owner", leaseOwner);
       // A fresh Python data source per scan: Spark caches the Python reader on it, and the
-      // reader carries this scan's pushed subplan and snapshot.
+      // reader carries this scan's pushed plan and snapshot.
       // Its Python instance pickled here, not by a Python worker round trip (PickledDataSource).
       PythonDataSourceV2 ds = new PickledDataSource();
       ds.setShortName(HtapCatalog.SHORT_NAME);
@@ -195,55 +191,76 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
   }
 
   /**
-   * Add Spark's runtime filters to the pushed subplan; the scan's Python reader is built again
+   * Add Spark's runtime filters to the pushed plan's scan; the scan's Python reader is built again
    * with them. (Spark then plans the partitions again, but reads them with the reader factory of
-   * the first plan: each partition carries its own pushed subplan, so that is exact.) Only IN
+   * the first plan: each partition carries its own pushed plan, so that is exact.) Only IN
    * filters are taken: of up to MAX_RUNTIME_VALUES values as they are, longer ones as the range
-   * [min, max] of their values where that range surely holds them all (RANGE_TYPES), else not at
-   * all. A range keeps rows the IN would not: Spark's join drops them.
+   * [min, max] of their values where that range surely holds them all ({@link #range}), else not
+   * at all. A range keeps rows the IN would not: Spark's join drops them.
    */
   @Override
   public synchronized void filter(Predicate[] predicates) {
+    boolean ansi = SQLConf.get().ansiEnabled();
     List<ObjectNode> added = new java.util.ArrayList<>();
     for (Predicate p : predicates) {
-      scala.Option<Filter> v1 = PredicateUtils.toV1(p);
-      if (v1.isEmpty()) continue;
-      Filter f = v1.get();
-      // Only a whole IN (what dynamic partition pruning sends): toV1 can convert a part of a
-      // compound predicate, and that part as the whole would drop rows.
-      if (!p.name().equals("IN") || !(f instanceof In)) continue;
-      for (Filter one : ((In) f).values().length > MAX_RUNTIME_VALUES ? range((In) f) : List.of(f)) {
-        ObjectNode json = PushedJson.filter(one);
-        if (json != null) added.add(json);
+      if (!p.name().equals("IN")) continue;  // what dynamic partition pruning sends
+      try {
+        if (p.children().length - 1 > MAX_RUNTIME_VALUES) {
+          added.addAll(range(p, ansi));
+          continue;
+        }
+        ExprTranslator.Typed in = ExprTranslator.translate(p, outputSchema, ansi);
+        if (in != null) added.add(in.json);
+      } catch (Throwable t) {
+        Fallbacks.record("runtime filter", String.join(",", tableNames), p, t);
       }
     }
     if (added.isEmpty()) return;
     if (plannedPushed == null) plannedPushed = options.get("pushed");
-    try {  // the planned subplan plus these filters (a later call replaces them, never adds up)
-      ObjectNode pushed = (ObjectNode) PushedJson.MAPPER.readTree(plannedPushed);
-      ArrayNode filters = pushed.has("filters") ? (ArrayNode) pushed.get("filters") : pushed.putArray("filters");
-      for (ObjectNode json : added) filters.add(json);
-      options.put("pushed", PushedJson.MAPPER.writeValueAsString(pushed));
-    } catch (JsonProcessingException | ClassCastException e) {
-      return;  // not a pushed subplan this scan can add filters to
-    }
-    python = null;  // rebuilt with the new subplan
+    // The planned plan plus these filters (a later call replaces them, never adds up).
+    ObjectNode pushed = Ir.parse(plannedPushed);
+    ArrayNode filter = (ArrayNode) pushed.get("scans").get(0).get("filter");
+    for (ObjectNode json : added) filter.add(json);
+    options.put("pushed", Ir.text(pushed));
+    python = null;  // rebuilt with the new plan
   }
 
-  /** `min <= col AND col <= max` of a long IN's non-null values; none if their order is unsure. */
+  /**
+   * `min <= col AND col <= max` of a long IN's non-null values, for value types whose order is
+   * the same in Java, the replica and every source (integers, decimals, dates, timestamps: no
+   * strings, whose collations differ, and no floating point); none otherwise.
+   */
   @SuppressWarnings({"unchecked", "rawtypes"})
-  static List<Filter> range(In in) {
+  private List<ObjectNode> range(Predicate in, boolean ansi) {
+    Expression[] kids = in.children();
+    ExprTranslator.Typed column = ExprTranslator.translate(kids[0], outputSchema, ansi);
+    if (column == null) return List.of();
+    DataType t = column.type;
+    boolean ordered = t instanceof IntegralType || t instanceof DecimalType
+        || t instanceof DateType || t instanceof TimestampType
+        || t instanceof TimestampNTZType;
+    if (!ordered) return List.of();
     Comparable min = null;
     Comparable max = null;
-    for (Object v : in.values()) {
-      if (v == null) continue;  // matches nothing
-      if (!RANGE_TYPES.contains(v.getClass()) || (min != null && v.getClass() != min.getClass())) return List.of();
-      Comparable c = (Comparable) v;
+    for (int i = 1; i < kids.length; i++) {
+      if (!(kids[i] instanceof Literal)) return List.of();
+      Literal<?> lit = (Literal<?>) kids[i];
+      if (lit.value() == null) continue;  // matches nothing
+      if (!lit.dataType().equals(t) || !(lit.value() instanceof Comparable)) return List.of();
+      Comparable c = (Comparable) lit.value();
       if (min == null || c.compareTo(min) < 0) min = c;
       if (max == null || c.compareTo(max) > 0) max = c;
     }
     if (min == null) return List.of();
-    return List.of(new GreaterThanOrEqual(in.attribute(), min), new LessThanOrEqual(in.attribute(), max));
+    DataType bool = DataTypes.BooleanType;
+    return List.of(Ir.call(">=", bool, column.json, typed(min, t)), Ir.call("<=", bool, column.json.deepCopy(), typed(max, t)));
+  }
+
+  private static ObjectNode typed(Object value, DataType t) {
+    ObjectNode n = Ir.MAPPER.createObjectNode();
+    n.set("lit", ExprTranslator.literal(value, t));
+    n.put("type", t.catalogString());
+    return n;
   }
 
   @Override

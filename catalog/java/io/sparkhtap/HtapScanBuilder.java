@@ -2,10 +2,13 @@ package io.sparkhtap;
 
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
@@ -31,22 +34,17 @@ import org.apache.spark.sql.connector.read.SupportsPushDownTopN;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
 import org.apache.spark.sql.internal.SQLConf;
-import org.apache.spark.sql.internal.connector.PredicateUtils;
-import org.apache.spark.sql.sources.And;
-import org.apache.spark.sql.sources.Filter;
-import org.apache.spark.sql.sources.Not;
-import org.apache.spark.sql.sources.Or;
 import org.apache.spark.sql.types.*;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * Takes Spark's pushed predicates (V2: expressions too), required columns, joins with other HTAP
- * tables of the same catalog and source, partial (or complete) aggregation (over expressions
- * too), top-N and limit; hands them to the Python {@code htap} data source as the {@code pushed}
- * option (JSON), and builds Spark's own Python scan with the matching output schema. A predicate
- * that is a simple column comparison goes into {@code filters} (those also prune partitions);
- * other predicates and expressions Spark's semantics allow go into {@code where} as typed
- * expressions (V2Json); anything else stays in Spark.
+ * Takes Spark's pushed predicates, required columns, joins with other HTAP tables of the same
+ * catalog and source, partial (or complete) aggregation (over expressions too), top-N and limit;
+ * hands them to the Python {@code htap} data source as the {@code pushed} option — a pushed plan
+ * (htap.rewrite.pushed, built with {@link Ir}; expressions by {@link ExprTranslator}, the one
+ * translator) — and builds Spark's own Python scan with the matching output schema. A predicate
+ * the translator cannot carry exactly stays in Spark; an error while translating one is a
+ * fallback ({@link Fallbacks}), never a failed query.
  *
  * <p>Joins ({@code spark.sql.optimizer.datasourceV2JoinPushdown=true}): Spark offers a join only
  * when no filter is left above either side, and then this builder (the left side's) carries the
@@ -63,14 +61,21 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
 
   private StructType outputSchema;
   private Predicate[] pushedPredicates = new Predicate[0];
-  private final ArrayNode filterJson = PushedJson.MAPPER.createArrayNode();
-  private final ArrayNode whereJson = PushedJson.MAPPER.createArrayNode();
-  private ObjectNode aggregationJson;
+  private final List<ObjectNode> filter = new ArrayList<>();  // conjuncts over the table's columns
+  private Aggregated aggregated;  // the pushed aggregate, or null
   private Aggregation pushedAggregation;
   private boolean completeAggregation;
   private boolean averageSplit;  // an AVG refused as complete: Spark asks again with SUM and COUNT
-  private ArrayNode orderJson;
+  private List<ObjectNode> orderKeys;  // top-N keys over the scan's rows or the aggregate's outputs
+  private final Set<String> keyColumns = new LinkedHashSet<>();  // table columns the keys read
   private int limit = -1;
+
+  /** A pushed aggregate: its grouping expressions and its named outputs (over its input's names). */
+  private static final class Aggregated {
+    final List<ObjectNode> groupBy = new ArrayList<>();
+    final List<ObjectNode> exprs = new ArrayList<>();  // Ir.named
+    final Set<String> inputs = new LinkedHashSet<>();  // table columns read (single table)
+  }
 
   private final long[] stats;
   private final JoinedTables joined = new JoinedTables();
@@ -89,8 +94,10 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     boolean ansi = SQLConf.get().ansiEnabled();
     List<Predicate> pushed = new ArrayList<>();
     List<Predicate> rest = new ArrayList<>();
+    Saved before = new Saved();
     for (Predicate p : predicates) {
       try {
+        PlanCheck.injectTranslationFailure();
         if (pushPredicate(p, ansi)) {
           pushed.add(p);
           continue;
@@ -100,45 +107,83 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       }
       rest.add(p);
     }
+    if (!pushed.isEmpty() && !accepted("filter pushdown")) {
+      // One of them renders wrong: keep each that does on its own (a plan check per predicate).
+      before.restore();
+      List<Predicate> all = pushed;
+      pushed = new ArrayList<>();
+      for (Predicate p : all) (attempt("filter pushdown", p, () -> pushPredicate(p, ansi)) ? pushed : rest).add(p);
+    }
     pushedPredicates = pushed.toArray(new Predicate[0]);
     return rest.toArray(new Predicate[0]);
   }
 
-  /** Whether {@code p} was translated and taken into the pushed filters. */
-  private boolean pushPredicate(Predicate p, boolean ansi) {
-    // The V1 form only when it is the whole predicate: Spark's toV1 can return a V1 filter for
-    // part of a compound predicate (for `s LIKE 'x%' OR length(s) > 9` it gave the LIKE alone),
-    // and pushing that part as the whole would drop rows. Anything else goes the typed (V2Json)
-    // way or stays in Spark.
-    scala.Option<Filter> v1 = PredicateUtils.toV1(p);
-    ObjectNode json = v1.isDefined() && sameShape(p, v1.get()) ? PushedJson.filter(v1.get()) : null;
-    if (json != null) {
-      filterJson.add(json);
-      return true;
+  /** What the push methods change, so that a push the plan check refuses is undone. */
+  private final class Saved {
+    private final int filters = filter.size();
+    private final Aggregated aggregate = aggregated;
+    private final Aggregation aggregation = pushedAggregation;
+    private final boolean complete = completeAggregation;
+    private final StructType schema = outputSchema;
+    private final List<ObjectNode> keys = orderKeys;
+    private final Set<String> keyReads = new LinkedHashSet<>(keyColumns);
+    private final int limited = limit;
+    private final List<JoinedTables.Leaf> leaves = new ArrayList<>(joined.leaves);
+    private final List<ObjectNode> steps = new ArrayList<>(joined.steps);
+    private final List<JoinedTables.Out> outputs = new ArrayList<>(joined.outputs);
+
+    void restore() {
+      filter.subList(filters, filter.size()).clear();
+      aggregated = aggregate;
+      pushedAggregation = aggregation;
+      completeAggregation = complete;
+      outputSchema = schema;
+      orderKeys = keys;
+      keyColumns.clear();
+      keyColumns.addAll(keyReads);
+      limit = limited;
+      joined.leaves.clear();
+      joined.leaves.addAll(leaves);
+      joined.steps.clear();
+      joined.steps.addAll(steps);
+      joined.outputs.clear();
+      joined.outputs.addAll(outputs);
     }
-    V2Json.Typed typed = V2Json.translate(p, tableSchema, ansi);
-    if (typed != null && typed.type instanceof BooleanType) {
-      whereJson.add(typed.json);
-      return true;
+  }
+
+  /**
+   * One push: {@code push} changes this builder; the pushed plan it leads to is then checked
+   * ({@link PlanCheck}). A push that is refused, fails the check or throws (a fallback, logged
+   * and counted) is undone: that part stays in Spark.
+   */
+  private boolean attempt(String where, Object what, java.util.function.BooleanSupplier push) {
+    Saved saved = new Saved();
+    try {
+      PlanCheck.injectTranslationFailure();
+      if (push.getAsBoolean() && accepted(where)) return true;
+    } catch (Throwable t) {
+      Fallbacks.record(where, tableName, what, t);
     }
+    saved.restore();
     return false;
   }
 
-  /** Whether the V1 filter {@code f} has every AND/OR/NOT node of {@code p}, down to leaves that
-   *  convert on their own (compared by shape, not by value: a NaN literal is never equal). */
-  private static boolean sameShape(Predicate p, Filter f) {
-    switch (p.name()) {
-      case "AND":
-        return f instanceof And && sameShape((Predicate) p.children()[0], ((And) f).left())
-            && sameShape((Predicate) p.children()[1], ((And) f).right());
-      case "OR":
-        return f instanceof Or && sameShape((Predicate) p.children()[0], ((Or) f).left())
-            && sameShape((Predicate) p.children()[1], ((Or) f).right());
-      case "NOT":
-        return f instanceof Not && sameShape((Predicate) p.children()[0], ((Not) f).child());
-      default:
-        return !(f instanceof And || f instanceof Or || f instanceof Not) && PredicateUtils.toV1(p).isDefined();
-    }
+  /** Whether the plan this builder would push now passes the plan check (a fallback if not). */
+  private boolean accepted(String where) {
+    if (system()) return true;  // built from the metadata store and queried in DuckDB on the driver
+    String plan = pushedJson();
+    String why = PlanCheck.why(options, plan);
+    if (why == null) return true;
+    Fallbacks.record(where + " (plan check)", tableName, plan, new IllegalStateException(why));
+    return false;
+  }
+
+  /** Whether {@code p} was translated and taken into the scan's filter. */
+  private boolean pushPredicate(Predicate p, boolean ansi) {
+    ExprTranslator.Typed typed = ExprTranslator.translate(p, tableSchema, ansi);
+    if (typed == null || !(typed.type instanceof BooleanType)) return false;
+    filter.add(typed.json);
+    return true;
   }
 
   @Override
@@ -148,7 +193,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
 
   @Override
   public void pruneColumns(StructType requiredSchema) {
-    if (aggregationJson == null && !joined.joined()) {
+    if (aggregated == null && !joined.joined()) {
       outputSchema = requiredSchema;
     }
   }
@@ -181,14 +226,14 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   }
 
   private boolean pushedBeyondJoin() {
-    return aggregationJson != null || orderJson != null || limit >= 0;
+    return aggregated != null || orderKeys != null || limit >= 0;
   }
 
   /** This builder's tables: itself alone until it is joined. */
   private JoinedTables tables() {
     if (joined.leaves.isEmpty()) {
       String qualified = options.get("table");
-      joined.leaves.add(new JoinedTables.Leaf(tableName, qualified, tableSchema, filterJson, whereJson, stats));
+      joined.leaves.add(new JoinedTables.Leaf(tableName, qualified, tableSchema, filter, stats));
       for (StructField f : tableSchema.fields()) {
         joined.outputs.add(new JoinedTables.Out(f.name(), 0, f.name(), f.dataType()));
       }
@@ -199,12 +244,8 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   @Override
   public boolean pushDownJoin(SupportsPushDownJoin other, JoinType joinType, ColumnWithAlias[] leftColumns,
                               ColumnWithAlias[] rightColumns, Predicate condition) {
-    try {
-      return join(other, joinType, leftColumns, rightColumns, condition);
-    } catch (Throwable t) {
-      Fallbacks.record("join pushdown", tableName, joinType + " ON " + condition, t);
-      return false;
-    }
+    return attempt("join pushdown", joinType + " ON " + condition,
+        () -> join(other, joinType, leftColumns, rightColumns, condition));
   }
 
   private boolean join(SupportsPushDownJoin other, JoinType joinType, ColumnWithAlias[] leftColumns,
@@ -229,10 +270,10 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     result.leaves.add(single.leaves.get(0));
     result.steps.addAll(first.steps);
     result.outputs.addAll(outs);
-    V2Json.Typed on = V2Json.translate(condition, result.outputSchema(), SQLConf.get().ansiEnabled());
+    ExprTranslator.Typed on = ExprTranslator.translate(condition, result.outputSchema(), SQLConf.get().ansiEnabled());
     if (on == null || !(on.type instanceof BooleanType) || !result.resolve(on.json)) return false;
     String stepType = !flip ? type : type.equals("left") ? "right" : type.equals("right") ? "left" : type;
-    ObjectNode step = PushedJson.MAPPER.createObjectNode();
+    ObjectNode step = Ir.MAPPER.createObjectNode();
     step.put("type", stepType).set("on", on.json);
     result.steps.add(step);
     // Commit: each table reads the columns the joined relation keeps (conditions refer to those).
@@ -271,11 +312,26 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     return true;
   }
 
-  /** A V2 expression over this scan's relation (the table, or the joined relation) as typed JSON. */
-  private V2Json.Typed translate(Expression e, boolean ansi) {
-    if (!joined.joined()) return V2Json.translate(e, tableSchema, ansi);
-    V2Json.Typed t = V2Json.translate(e, joined.outputSchema(), ansi);
+  /**
+   * A V2 expression over this scan's relation (the table, or the joined relation) as a typed
+   * expression of the plan; the table columns it reads are added to {@code reads} (single table).
+   */
+  private ExprTranslator.Typed translate(Expression e, boolean ansi, Set<String> reads) {
+    if (!joined.joined()) {
+      ExprTranslator.Typed t = ExprTranslator.translate(e, tableSchema, ansi);
+      if (t != null) columnsOf(t.json, reads);
+      return t;
+    }
+    ExprTranslator.Typed t = ExprTranslator.translate(e, joined.outputSchema(), ansi);
     return t != null && joined.resolve(t.json) ? t : null;
+  }
+
+  /** The column names an expression reads, into {@code out}. */
+  private static void columnsOf(JsonNode node, Set<String> out) {
+    if (node.has("col")) out.add(node.get("col").asText());
+    for (JsonNode child : node) {
+      if (child.isContainerNode()) columnsOf(child, out);
+    }
   }
 
   /** One task reads the whole scan: its aggregate, top-N and limit are final. A joined scan by
@@ -296,7 +352,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    *  aggregate, or a top-N or limit without one (a partial aggregate, as for an AVG Spark
    *  finishes itself, keeps one task per partition). */
   private boolean oneTaskTable() {
-    boolean finalTop = aggregationJson != null ? completeAggregation : orderJson != null || limit >= 0;
+    boolean finalTop = aggregated != null ? completeAggregation : orderKeys != null || limit >= 0;
     return !joined.joined() && finalTop && oneTask();
   }
 
@@ -332,106 +388,94 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   /**
    * The translated input of a single table's AVG the reader computes exactly, or null. Only over
    * a decimal(p, s) with 11 < p <= 28, not DISTINCT, the rule of the whole-subtree renderer
-   * (SubtreeJson {@code average}): Spark's Average of it is {@code if (count = 0) null else
+   * (PlanTranslator {@code average}): Spark's Average of it is {@code if (count = 0) null else
    * sum / cast(count as decimal(20,0))}, its sum a decimal(p + 10, s), the division rounded
    * HALF_UP to decimal(p + 4, s + 4), neither type cut by the 38-digit bound (p <= 28). An AVG of
    * integers or doubles sums in DOUBLE (its rounding depends on the order rows are added in), and
    * with p <= 11 Spark's DecimalAggregates rule (which runs after scan pushdown) would average
    * the unscaled values in DOUBLE itself: both stay Spark's.
    */
-  private V2Json.Typed exactAverageInput(Avg f, boolean ansi) {
+  private ExprTranslator.Typed exactAverageInput(Avg f, boolean ansi) {
     if (f.isDistinct() || joined.joined()) return null;
-    V2Json.Typed t = translate(f.column(), ansi);
+    ExprTranslator.Typed t = translate(f.column(), ansi, new HashSet<>());
     if (t == null || !(t.type instanceof DecimalType)) return null;
     int p = ((DecimalType) t.type).precision();
     return p <= 11 || p > 28 ? null : t;
   }
 
   /** Spark's AVG result type over an input {@link #exactAverageInput} accepted. */
-  private static DataType exactAverageType(V2Json.Typed input) {
+  private static DataType exactAverageType(ExprTranslator.Typed input) {
     DecimalType d = (DecimalType) input.type;
     return DataTypes.createDecimalType(d.precision() + 4, d.scale() + 4);
   }
 
   @Override
   public boolean pushAggregation(Aggregation aggregation) {
-    try {
-      return aggregate(aggregation);
-    } catch (Throwable t) {
-      Fallbacks.record("aggregate pushdown", tableName, aggregation, t);
-      return false;
-    }
+    return attempt("aggregate pushdown", aggregation, () -> aggregate(aggregation));
   }
 
   private boolean aggregate(Aggregation aggregation) {
     boolean ansi = SQLConf.get().ansiEnabled();
     boolean complete = supportCompletePushDown(aggregation);
-    ObjectNode json = PushedJson.MAPPER.createObjectNode();
-    ArrayNode groupBy = json.putArray("group_by");
-    ArrayNode aggregates = json.putArray("aggregates");
+    Aggregated agg = new Aggregated();
     StructType schema = new StructType();
     int g = 0;
     for (Expression e : aggregation.groupByExpressions()) {
-      String col = PushedJson.column(e);
-      if (col != null && has(col) && !joined.joined()) {
-        groupBy.add(col);
-        schema = schema.add(col, tableSchema.apply(col).dataType(), true);
-      } else {
-        V2Json.Typed t = translate(e, ansi);
-        if (t == null) return false;
-        groupBy.add(t.json);
-        schema = schema.add("group" + g, t.type, true);
-      }
+      ExprTranslator.Typed t = translate(e, ansi, agg.inputs);
+      if (t == null) return false;
+      String col = ExprTranslator.column(e);
+      String name = col != null && has(col) && !joined.joined() ? col : "group" + g;
+      agg.groupBy.add(t.json);
+      agg.exprs.add(Ir.named(name, t.json.deepCopy()));
+      schema = schema.add(name, t.type, true);
       g++;
     }
     int i = 0;
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
-      ObjectNode a = aggregates.addObject();
+      ObjectNode out;
       DataType type;
       if (f instanceof CountStar) {
-        a.put("fn", "count_star");
         type = DataTypes.LongType;
+        out = Ir.agg("count_star", false, type);
       } else if (f instanceof Count && (!((Count) f).isDistinct() || complete)) {
-        a.put("fn", ((Count) f).isDistinct() ? "count_distinct" : "count");
-        if (input(a, ((Count) f).column(), ansi) == null) return false;
+        ExprTranslator.Typed in = translate(((Count) f).column(), ansi, agg.inputs);
+        if (in == null) return false;
         type = DataTypes.LongType;
+        out = Ir.agg("count", ((Count) f).isDistinct(), type, in.json);
       } else if (f instanceof Sum && !((Sum) f).isDistinct()) {
-        DataType in = input(a.put("fn", "sum"), ((Sum) f).column(), ansi);
-        type = in == null ? null : complete ? completeSumType(in) : partialSumType(in);
+        ExprTranslator.Typed in = translate(((Sum) f).column(), ansi, agg.inputs);
+        type = in == null ? null : complete ? completeSumType(in.type) : partialSumType(in.type);
         if (type == null) return false;
+        out = Ir.agg("sum", false, type, in.json);
       } else if (f instanceof Min || f instanceof Max) {
-        type = input(a.put("fn", f instanceof Min ? "min" : "max"), f instanceof Min ? ((Min) f).column() : ((Max) f).column(), ansi);
-        if (type == null) return false;
+        ExprTranslator.Typed in = translate(f instanceof Min ? ((Min) f).column() : ((Max) f).column(), ansi, agg.inputs);
+        if (in == null) return false;
+        type = in.type;
+        out = Ir.agg(f instanceof Min ? "min" : "max", false, type, in.json);
       } else if (f instanceof Avg && complete) {
-        // Always typed ("arg"): the reader divides at the input's scale, to Spark's result type.
-        V2Json.Typed t = exactAverageInput((Avg) f, ansi);
-        if (t == null) return false;
-        type = exactAverageType(t);
-        a.put("fn", "avg").put("type", type.catalogString()).set("arg", t.json);
+        // Spark's Average of a decimal(p, s): if (count = 0) null else sum / cast(count as
+        // decimal(20, 0)), rounded HALF_UP to decimal(p + 4, s + 4); the plan's decimal "/" is
+        // exactly that (NULL for a zero divisor).
+        ExprTranslator.Typed in = exactAverageInput((Avg) f, ansi);
+        if (in == null) return false;
+        columnsOf(in.json, agg.inputs);
+        type = exactAverageType(in);
+        DecimalType d = (DecimalType) in.type;
+        ObjectNode sum = Ir.agg("sum", false, DataTypes.createDecimalType(d.precision() + 10, d.scale()), in.json);
+        ObjectNode count = Ir.call("cast", DataTypes.createDecimalType(20, 0),
+            Ir.agg("count", false, DataTypes.LongType, in.json.deepCopy()));
+        out = Ir.call("/", type, sum, count);
       } else {
         return false;
       }
+      agg.exprs.add(Ir.named("agg" + i, out));
       schema = schema.add("agg" + i++, type, true);
     }
-    if (complete) json.put("complete", true);
-    aggregationJson = json;
+    aggregated = agg;
     pushedAggregation = aggregation;
     completeAggregation = complete;
     outputSchema = schema;
     return true;
-  }
-
-  /** The aggregate's input into {@code a} ("col", or "arg" for an expression); its type, or null. */
-  private DataType input(ObjectNode a, Expression e, boolean ansi) {
-    String col = PushedJson.column(e);
-    if (col != null && has(col) && !joined.joined()) {
-      a.put("col", col);
-      return tableSchema.apply(col).dataType();
-    }
-    V2Json.Typed t = translate(e, ansi);
-    if (t == null) return null;
-    a.set("arg", t.json);
-    return t.type;
   }
 
   private boolean has(String col) {
@@ -478,33 +522,29 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    */
   @Override
   public boolean pushTopN(SortOrder[] orders, int n) {
-    try {
-      return topN(orders, n);
-    } catch (Throwable t) {
-      Fallbacks.record("top-N pushdown", tableName, java.util.Arrays.toString(orders) + " LIMIT " + n, t);
-      return false;
-    }
+    return attempt("top-N pushdown", java.util.Arrays.toString(orders) + " LIMIT " + n, () -> topN(orders, n));
   }
 
   private boolean topN(SortOrder[] orders, int n) {
-    if (aggregationJson != null && !completeAggregation) return false;
+    if (aggregated != null && !completeAggregation) return false;
     boolean ansi = SQLConf.get().ansiEnabled();
-    ArrayNode keys = PushedJson.MAPPER.createArrayNode();
+    List<ObjectNode> keys = new ArrayList<>();
+    Set<String> reads = new LinkedHashSet<>();
     for (SortOrder o : orders) {
-      ObjectNode k = keys.addObject();
-      if (aggregationJson != null) {
+      ObjectNode expr;
+      if (aggregated != null) {
         int at = outputPosition(o.expression());
         if (at < 0) return false;
-        k.put("output", at);
+        expr = Ir.col(outputSchema.fields()[at].name(), outputSchema.fields()[at].dataType());
       } else {
-        V2Json.Typed t = translate(o.expression(), ansi);
+        ExprTranslator.Typed t = translate(o.expression(), ansi, reads);
         if (t == null || !orderable(t.type)) return false;
-        k.set("expr", t.json);
+        expr = t.json;
       }
-      k.put("asc", o.direction() == SortDirection.ASCENDING);
-      k.put("nulls_first", o.nullOrdering() == NullOrdering.NULLS_FIRST);
+      keys.add(Ir.key(expr, o.direction() == SortDirection.ASCENDING, o.nullOrdering() == NullOrdering.NULLS_FIRST));
     }
-    orderJson = keys;
+    orderKeys = keys;
+    keyColumns.addAll(reads);
     limit = n;
     return true;
   }
@@ -529,14 +569,16 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
 
   @Override
   public boolean pushLimit(int n) {
-    if (aggregationJson != null && !completeAggregation) return false;
-    limit = n;
-    return true;
+    return attempt("limit pushdown", "LIMIT " + n, () -> {
+      if (aggregated != null && !completeAggregation) return false;
+      limit = n;
+      return true;
+    });
   }
 
   @Override
   public boolean isPartiallyPushed() {
-    return !oneTask() || (aggregationJson != null && !completeAggregation);
+    return !oneTask() || (aggregated != null && !completeAggregation);
   }
 
   // --- the scan ---------------------------------------------------------------------------------
@@ -562,37 +604,77 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     double read = 0;
     for (StructField f : outputSchema.fields()) read += f.dataType().defaultSize();
     long bytes = all <= 0 ? stats[1] : (long) Math.ceil(stats[1] * Math.min(1.0, Math.max(read, 1) / all));
-    if (limit >= 0 && aggregationJson == null) bytes = Math.min(bytes, Math.max(1, (long) limit * Math.max(1, (long) read)));
+    if (limit >= 0 && aggregated == null) bytes = Math.min(bytes, Math.max(1, (long) limit * Math.max(1, (long) read)));
     return new long[] {stats[0], Math.max(bytes, 1)};
   }
 
+  /** What this builder pushed, as the plan the Python source reads (htap.rewrite.pushed). */
   String pushedJson() {
-    ObjectNode json = PushedJson.MAPPER.createObjectNode();
+    ArrayNode scans = Ir.MAPPER.createArrayNode();
+    ObjectNode root;
+    int split;
     if (joined.joined()) {
-      json.set("join", joined.json());
-    } else {
-      json.set("filters", filterJson);
-      if (whereJson.size() > 0) json.set("where", whereJson);
-    }
-    if (aggregationJson != null) {
-      json.setAll(aggregationJson);
-    } else if (joined.joined()) {
-      ArrayNode select = json.putArray("select");
-      for (JoinedTables.Out o : joined.outputs) {
-        select.addObject().put("col", o.column).put("table", o.table).put("type", o.type.catalogString());
+      joined.scans(scans);
+      root = joined.joinNode(0);
+      split = (Integer) joined.split()[0];
+      if (aggregated == null) {
+        List<ObjectNode> outs = new ArrayList<>();
+        for (JoinedTables.Out o : joined.outputs) {
+          String name = JoinedTables.unique(o.table, o.column);
+          outs.add(Ir.named(name, Ir.col(name, o.type)));
+        }
+        root = project(root, outs);
       }
     } else {
-      ArrayNode cols = json.putArray("columns");
-      for (String name : outputSchema.fieldNames()) cols.add(name);
+      Set<String> read = new LinkedHashSet<>();
+      if (aggregated != null) {
+        read.addAll(aggregated.inputs);
+      } else {
+        for (String c : outputSchema.fieldNames()) read.add(c);
+        read.addAll(keyColumns);
+      }
+      List<String> columns = new ArrayList<>();
+      for (String c : tableSchema.fieldNames()) {
+        if (read.contains(c)) columns.add(c);
+      }
+      scans.add(Ir.scan(options.get("table"), columns, filter));
+      root = Ir.scanNode(0, columns);
+      split = oneTaskTable() ? -1 : 0;
+      if (aggregated == null && !columns.equals(List.of(outputSchema.fieldNames()))) {
+        // The keys read columns Spark does not want (or Spark wants them in another order):
+        // limit first, then the wanted columns.
+        if (orderKeys != null || limit >= 0) root = limited(root);
+        List<ObjectNode> outs = new ArrayList<>();
+        for (StructField f : outputSchema.fields()) outs.add(Ir.named(f.name(), Ir.col(f.name(), f.dataType())));
+        return Ir.text(Ir.plan(scans, project(root, outs), split));
+      }
     }
-    if (orderJson != null) json.set("order", orderJson);
-    if (limit >= 0) json.put("limit", limit);
-    if (oneTaskTable()) json.put("one_task", true);
-    try {
-      return PushedJson.MAPPER.writeValueAsString(json);
-    } catch (JsonProcessingException e) {
-      throw new IllegalStateException("cannot serialize the pushed subplan", e);
+    if (aggregated != null) {
+      ObjectNode agg = Ir.node("aggregate", root);
+      ArrayNode groups = agg.putArray("group_by");
+      for (ObjectNode g : aggregated.groupBy) groups.add(g);
+      ArrayNode exprs = agg.putArray("exprs");
+      for (ObjectNode e : aggregated.exprs) exprs.add(e);
+      if (!completeAggregation) agg.put("partial", true);
+      root = agg;
     }
+    if (orderKeys != null || limit >= 0) root = limited(root);
+    return Ir.text(Ir.plan(scans, root, split));
+  }
+
+  private ObjectNode limited(ObjectNode child) {
+    ObjectNode n = Ir.node("limit", child);
+    n.put("limit", limit);
+    ArrayNode keys = n.putArray("keys");
+    if (orderKeys != null) for (ObjectNode k : orderKeys) keys.add(k);
+    return n;
+  }
+
+  private static ObjectNode project(ObjectNode child, List<ObjectNode> named) {
+    ObjectNode n = Ir.node("project", child);
+    ArrayNode exprs = n.putArray("exprs");
+    for (ObjectNode e : named) exprs.add(e);
+    return n;
   }
 
   @Override
@@ -607,7 +689,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       for (JoinedTables.Leaf l : joined.leaves) names.add(l.name);
       String how = (String) joined.split()[1];
       description = "HtapScan " + joined.describe() + " [joined inside the scan; " + how
-          + (completeAggregation ? "; aggregate complete in the scan" : aggregationJson != null ? "; partial aggregate" : "")
+          + (completeAggregation ? "; aggregate complete in the scan" : aggregated != null ? "; partial aggregate" : "")
           + "] pushed=" + pushed;
     } else {
       names.add(tableName);
@@ -615,14 +697,14 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       String how = "";
       if (oneTaskTable()) {
         how = " [" + reason + (completeAggregation ? "; aggregate complete in the scan" : "") + "]";
-      } else if (aggregationJson != null || orderJson != null || limit >= 0) {
+      } else if (aggregated != null || orderKeys != null || limit >= 0) {
         how = " [" + (oneTask() ? "one task per partition: Spark finishes an AVG (not of a decimal(p, s) with 11 < p <= 28)"
             + " from partial sums and counts" : reason)
-            + (aggregationJson != null ? "; partial aggregate" : "") + "]";
+            + (aggregated != null ? "; partial aggregate" : "") + "]";
       }
       description = "HtapScan " + tableName + how + " pushed=" + pushed;
     }
-    boolean rowsKnown = aggregationJson == null && !joined.joined() && limit < 0;
+    boolean rowsKnown = aggregated == null && !joined.joined() && limit < 0;
     return new HtapScan(names, outputSchema, scanOptions, description, estimate(), rowsKnown);
   }
 }

@@ -9,7 +9,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.WeakHashMap;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.spark.sql.catalyst.expressions.And;
@@ -39,7 +39,7 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * Whole-subtree pushdown: where DSv2 cannot carry a query (semi and anti joins from EXISTS / IN /
  * NOT IN, aggregates between joins, scalar subqueries, filters above joins), the largest subtree
- * of the optimized plan whose operators {@link SubtreeJson} translates exactly and whose leaves
+ * of the optimized plan whose operators {@link PlanTranslator} translates exactly and whose leaves
  * are HTAP scans of one catalog, source, option set and snapshot becomes ONE scan: one query
  * (DuckDB over the replica, or the source's SQL on failover) at the query's one snapshot.
  *
@@ -49,7 +49,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * the new scan takes over. Its leaves are counted with those of the uncorrelated scalar
  * subqueries it carries (TPC-H Q11: one DSv2-joined scan, and another in its HAVING's subquery);
  * a subtree of one scan is left alone (DSv2 already pushes into it, in parallel) unless that scan
- * is one task with a complete aggregate and the tree sorts it ({@link #oneLeafPays}); the whole
+ * is one task anyway and the tree sorts, aggregates or windows it ({@link #oneLeafPays}); the whole
  * tree runs as one task. On by default; {@code
  * spark.htap.wholeQueryPushdown=false} turns it off (each scan is then planned on its own, joins
  * pushed through DSv2 where Spark offers them).
@@ -75,7 +75,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
   public Seq<SparkPlan> apply(LogicalPlan plan) {
     String on = SQLConf.get().getConfString(CONF, "true").trim();
     if (!on.equalsIgnoreCase("true") && !on.equalsIgnoreCase("false")) {
-      throw new IllegalArgumentException(CONF + " must be true or false, not '" + on
+      throw new Fallbacks.BadSetting(CONF + " must be true or false, not '" + on
           + "' (true: a subtree over HTAP tables of one source runs as one scan; false: each scan is planned on its own)");
     }
     if (on.equalsIgnoreCase("false")) return List$.MODULE$.empty();
@@ -145,25 +145,40 @@ public class HtapSubtreeStrategy extends SparkStrategy {
   /** Whether a scan's pushed aggregate is complete (the scan is then one task). */
   static boolean complete(HtapScan scan) {
     String pushed = scan.catalogOptions().get("pushed");
-    try {
-      return pushed != null && PushedJson.MAPPER.readTree(pushed).path("complete").asBoolean(false);
-    } catch (JsonProcessingException e) {
-      return false;
-    }
+    if (pushed == null) return false;
+    ObjectNode plan = Ir.parse(pushed);
+    if (plan.has("split")) return false;
+    JsonNode node = plan.get("root");
+    while (node.path("node").asText().equals("limit") || node.path("node").asText().equals("project")) node = node.get("child");
+    return node.path("node").asText().equals("aggregate") && !node.path("partial").asBoolean(false);
   }
 
   /**
    * Whether a tree over ONE scan (its scalar subqueries read none) is worth taking: only when
-   * that scan is already one task whose aggregate is complete (so no parallelism is lost) and the
-   * tree sorts it. That is the case measured to pay: a global ORDER BY over such a scan (TPC-H
-   * Q5, Q7, Q9, Q12) is, in Spark, a range-partitioning exchange whose sampling job runs the
-   * scan's whole query once more before the shuffle runs it again; in the tree the ORDER BY is
-   * part of the one query. Other work above one scan (a projection, a HAVING filter, an AVG's
-   * division) costs Spark little and stays there; a scan with a partial aggregate or none
-   * (several tasks) stays with Spark, which merges or reads it in parallel.
+   * that scan is already one task, or the cluster has no more task slots than one task's cores
+   * (so no parallelism is lost), and the tree does work Spark would need an exchange for. Measured: a global ORDER BY over a complete aggregate (TPC-H Q5, Q7,
+   * Q9, Q12) is, in Spark, a range-partitioning exchange whose sampling job runs the scan's whole
+   * query once more before the shuffle runs it again; in the tree it is part of the one query.
+   * Likewise an aggregate, a window, a top-N or an offset above a one-task scan (a DSv2-joined
+   * one, say): a shuffle in Spark, one query here, and fewer rows handed over. Other work above
+   * one scan (a projection, a HAVING filter, an AVG's division) costs Spark little and stays
+   * there; a scan read in several tasks stays with Spark, which merges or reads it in parallel.
    */
-  static boolean oneLeafPays(SubtreeJson t) {
-    return complete((HtapScan) t.leaves.get(0).scan()) && t.operators.contains("Sort");
+  static boolean oneLeafPays(PlanTranslator t) {
+    HtapScan scan = (HtapScan) t.leaves.get(0).scan();
+    if (Ir.parse(scan.catalogOptions().get("pushed")).has("split")) {
+      // Split by partitions: taken only where one task loses nothing (no more task slots than
+      // one task's cores: local mode), and never against a split the session asked for.
+      int[] cores = JoinedTables.cores();
+      SQLConf conf = SQLConf.get();
+      boolean asked = conf.getConfString(JoinedTables.TABLE_SPLIT_CONF, "auto").trim().equalsIgnoreCase("true")
+          || conf.getConfString(JoinedTables.SPLIT_CONF, "auto").trim().equalsIgnoreCase("true");
+      if (cores[0] > cores[1] || asked) return false;
+    }
+    for (String op : List.of("Sort", "Aggregate", "Window", "TopN", "Offset", "Expand")) {
+      if (t.operators.contains(op)) return true;
+    }
+    return false;
   }
 
   /**
@@ -173,7 +188,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
    */
   static Absorbed absorb(LogicalPlan plan) {
     if (!HtapSnapshotStrategy.hasHtapScan(plan)) return null;
-    SubtreeJson t = new SubtreeJson();
+    PlanTranslator t = new PlanTranslator();
     ObjectNode json = t.translate(plan);
     if (json == null || t.leaves.isEmpty()) return null;
     if (t.leaves.size() == 1 && !oneLeafPays(t)) return null;
@@ -182,15 +197,16 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     for (Attribute a : CollectionConverters.asJava(plan.output())) {
       if (!(a instanceof AttributeReference)) return null;
       output.add((AttributeReference) a);
-      schema = schema.add(SubtreeJson.name(a), a.dataType(), true);
+      schema = schema.add(PlanTranslator.name(a), a.dataType(), true);
     }
-    String pushed;
-    try {
-      pushed = PushedJson.MAPPER.writeValueAsString(json);
-    } catch (JsonProcessingException e) {
+    String pushed = Ir.text(json);
+    HtapScan first = (HtapScan) t.leaves.get(0).scan();
+    String why = PlanCheck.why(first.catalogOptions(), pushed);
+    if (why != null) {
+      Fallbacks.record("whole-subtree pushdown (plan check)", Integer.toHexString(plan.semanticHash()), pushed,
+          new IllegalStateException(why));
       return null;
     }
-    HtapScan first = (HtapScan) t.leaves.get(0).scan();
     Map<String, String> options = new HashMap<>(first.catalogOptions());
     options.put("pushed", pushed);
     Set<String> tables = new LinkedHashSet<>();
@@ -203,7 +219,8 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     }
     String description = "HtapScan " + String.join(", ", tables) + " [whole subtree pushed: "
         + String.join(", ", new LinkedHashSet<>(t.operators)) + " over " + t.leaves.size()
-        + " scans" + (t.leaves.size() == 1 ? " (its aggregate complete in the scan)" : "")
+        + " scans" + (t.leaves.size() != 1 ? "" : complete((HtapScan) t.leaves.get(0).scan())
+            ? " (its aggregate complete in the scan)" : " (one task loses no parallelism)")
         + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
         + " query's one snapshot, and Spark cannot split a tree of joins, subqueries and aggregates by"
         + " partitions] pushed=" + pushed;

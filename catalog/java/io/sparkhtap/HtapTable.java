@@ -6,6 +6,7 @@ import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.catalyst.util.CharVarcharUtils;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -41,6 +42,9 @@ public class HtapTable implements SupportsRead {
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap ignored) {
-    return new HtapScanBuilder(name, schema, options, stats);
+    // CHAR(n) columns are strings to the reader: Spark pads what it compares them with itself
+    // (its CHAR semantics), the pushed plan sees plain strings.
+    StructType strings = (StructType) CharVarcharUtils.replaceCharVarcharWithStringInSchema(schema);
+    return new HtapScanBuilder(name, strings, options, stats);
   }
 }

@@ -18,10 +18,10 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * The tables of one HTAP scan and how they are joined: a left-deep chain (table 0, then each
- * next table joined onto all before it), each table with its own pushed filters and the columns
+ * next table joined onto all before it), each table with its own pushed filter and the columns
  * the join needs. Spark names the joined relation's columns (renaming duplicates); every name is
- * resolved here to (table, column), so the pushed JSON refers to {"col", "table"} only and the
- * renderers qualify columns by table alias (htap.rewrite.render).
+ * resolved here to its table's column under a name unique in the plan ({@link #unique}), so the
+ * pushed plan's join nodes and everything above them refer to plain, distinct names.
  */
 final class JoinedTables {
   /** One table of the scan: what was pushed into it before it was joined. */
@@ -29,17 +29,15 @@ final class JoinedTables {
     final String name;  // catalog.schema.table
     final String qualified;  // schema.table (the data source's `table` option)
     final StructType schema;
-    final ArrayNode filters;
-    final ArrayNode where;
+    final List<ObjectNode> filter;  // conjuncts over the table's columns
     final LinkedHashSet<String> columns = new LinkedHashSet<>();
     final long[] stats;  // row versions, bytes of the live deltas, partitions (-1: unknown); null when unknown
 
-    Leaf(String name, String qualified, StructType schema, ArrayNode filters, ArrayNode where, long[] stats) {
+    Leaf(String name, String qualified, StructType schema, List<ObjectNode> filter, long[] stats) {
       this.name = name;
       this.qualified = qualified;
       this.schema = schema;
-      this.filters = filters;
-      this.where = where;
+      this.filter = filter;
       this.stats = stats;
     }
 
@@ -93,17 +91,22 @@ final class JoinedTables {
     return null;
   }
 
+  /** The name of table {@code table}'s column {@code column} in the pushed plan: unique in it. */
+  static String unique(int table, String column) {
+    return "t" + table + "_" + column;
+  }
+
   /**
    * An expression translated over {@link #outputSchema()} with every column resolved to its
-   * table: {"col": name} becomes {"col": column, "table": i}. False if a name is unknown.
+   * table's column's unique name ({@link #unique}). False if a name is unknown.
    */
   boolean resolve(JsonNode node) {
     if (node instanceof ObjectNode) {
       ObjectNode o = (ObjectNode) node;
-      if (o.has("col") && o.get("col").isTextual() && !o.has("table")) {
+      if (o.has("col") && o.get("col").isTextual()) {
         Out out = output(o.get("col").asText());
         if (out == null) return false;
-        o.put("col", out.column).put("table", out.table);
+        o.put("col", unique(out.table, out.column));
       }
       Iterator<Map.Entry<String, JsonNode>> it = o.fields();
       while (it.hasNext()) {
@@ -238,11 +241,11 @@ final class JoinedTables {
         + "; one task per partition would buy no parallelism one task lacks"};
   }
 
-  /** A split conf's value, lower-cased; an IllegalArgumentException naming the choices if bad. */
+  /** A split conf's value, lower-cased; a {@link Fallbacks.BadSetting} naming the choices if bad. */
   private static String mode(String conf, String meaning) {
     String mode = SQLConf.get().getConfString(conf, "auto").trim().toLowerCase(java.util.Locale.ROOT);
     if (!mode.equals("auto") && !mode.equals("true") && !mode.equals("false")) {
-      throw new IllegalArgumentException(conf + " must be auto, true or false, not '" + mode + "' (" + meaning + ")");
+      throw new Fallbacks.BadSetting(conf + " must be auto, true or false, not '" + mode + "' (" + meaning + ")");
     }
     return mode;
   }
@@ -263,23 +266,30 @@ final class JoinedTables {
     }
   }
 
-  ObjectNode json() {
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
-    ArrayNode tables = n.putArray("tables");
-    for (Leaf l : leaves) {
-      ObjectNode t = tables.addObject();
-      t.put("table", l.qualified);
-      ObjectNode pushed = t.putObject("pushed");
-      pushed.set("filters", l.filters);
-      if (l.where.size() > 0) pushed.set("where", l.where);
-      ArrayNode cols = pushed.putArray("columns");
-      for (String c : l.columns) cols.add(c);
+  /** The tables as the plan's scans (from {@code first}, its index of the first table). */
+  void scans(ArrayNode into) {
+    for (Leaf l : leaves) into.add(Ir.scan(l.qualified, new ArrayList<>(l.columns), l.filter));
+  }
+
+  /** The left-deep chain of join nodes over scans {@code first}, {@code first + 1}, .... */
+  ObjectNode joinNode(int first) {
+    ObjectNode root = null;
+    for (int k = 0; k < leaves.size(); k++) {
+      List<String> out = new ArrayList<>();
+      for (String c : leaves.get(k).columns) out.add(unique(k, c));
+      ObjectNode scan = Ir.scanNode(first + k, out);
+      if (root == null) {
+        root = scan;
+        continue;
+      }
+      ObjectNode join = Ir.MAPPER.createObjectNode();
+      join.put("node", "join").put("type", steps.get(k - 1).get("type").asText());
+      join.set("left", root);
+      join.set("right", scan);
+      join.set("on", steps.get(k - 1).get("on"));
+      root = join;
     }
-    ArrayNode s = n.putArray("steps");
-    for (ObjectNode step : steps) s.add(step);
-    int split = (Integer) split()[0];
-    if (split >= 0) n.put("split", split);
-    return n;
+    return root;
   }
 
   String describe() {

@@ -5,7 +5,6 @@ import java.time.LocalDate;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
 
-import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.spark.sql.connector.expressions.Cast;
@@ -18,20 +17,25 @@ import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.*;
 
 /**
- * Spark's V2 expressions (filters, aggregate inputs, group keys) as the typed expression JSON of
- * htap.rewrite.subplan, or null for anything whose result could differ from Spark's own: such
- * an expression stays in Spark. Every node carries its Spark result type, derived with Spark's
+ * Spark's V2 expressions as the pushed plan's typed expressions (htap.rewrite.pushed), or null
+ * for anything whose result could differ from Spark's own: such an expression stays in Spark.
+ * The one expression translator: a scan's filters, aggregate inputs, group and sort keys, a
+ * join's condition, and every expression of a whole subtree ({@link PlanTranslator} first turns
+ * Catalyst expressions into V2 ones with Spark's own V2ExpressionBuilder). Every node carries its Spark result type, derived with Spark's
  * rules, so renderers can cast to exactly that type. Only operations that are exact in Spark and
  * in the target engines are translated: + - * on integers (ANSI mode only: DuckDB and Postgres
  * raise on overflow as ANSI Spark does) and on decimals whose result Spark does not round
  * (precision <= 38, or Spark's 38-digit result keeps the whole scale), comparisons, AND/OR/NOT, IS [NOT] NULL, IN, prefix/suffix/contains
  * matches, CASE WHEN, COALESCE, SUBSTRING with literal positive bounds, YEAR/MONTH/DAY/QUARTER
- * of DATE and TIMESTAMP_NTZ values, widening casts, and decimal casts to a smaller scale that
- * cannot overflow (rounded HALF_UP, as every target rounds them). No division (Spark's decimal division
- * rounds to its own scale, and division by zero differs between engines).
+ * of DATE and TIMESTAMP_NTZ values, ABS, CHAR_LENGTH (code points), CONCAT (NULL if a part is),
+ * TRIM/LTRIM/RTRIM of spaces, DATE_ADD and DATE_DIFF of dates, widening casts, and decimal casts
+ * to a smaller scale that cannot overflow (rounded HALF_UP, as every target rounds them). No
+ * division here (V2 expressions carry no result types; a whole subtree's division is
+ * PlanTranslator's, from Catalyst's own), and no case mapping (UPPER/LOWER: Unicode rules differ
+ * between engines).
  */
-final class V2Json {
-  private V2Json() {}
+final class ExprTranslator {
+  private ExprTranslator() {}
 
   /** A translated expression and its Spark type. */
   static final class Typed {
@@ -46,13 +50,11 @@ final class V2Json {
 
   static Typed translate(Expression e, StructType schema, boolean ansi) {
     if (e instanceof NamedReference) {
-      String col = PushedJson.column(e);
+      String col = column(e);
       if (col == null) return null;
       for (StructField f : schema.fields()) {
         if (f.name().equals(col)) {
-          ObjectNode n = PushedJson.MAPPER.createObjectNode();
-          n.put("col", col).put("type", f.dataType().catalogString());
-          return new Typed(n, f.dataType());
+          return new Typed(Ir.col(col, f.dataType()), f.dataType());
         }
       }
       return null;
@@ -61,7 +63,7 @@ final class V2Json {
       Literal<?> lit = (Literal<?>) e;
       ObjectNode value = literal(lit.value(), lit.dataType());
       if (value == null) return null;
-      ObjectNode n = PushedJson.MAPPER.createObjectNode();
+      ObjectNode n = Ir.MAPPER.createObjectNode();
       n.set("lit", value);
       n.put("type", lit.dataType().catalogString());
       return new Typed(n, lit.dataType());
@@ -135,6 +137,25 @@ final class V2Json {
         }
         return result == null ? null : call("COALESCE", result, args);
       }
+      case "ABS":  // integers only under ANSI (non-ANSI Spark wraps abs(MIN_VALUE) around)
+        return args.length == 1 && numeric(args[0].type) && (ansi || !integral(args[0].type))
+            ? call("ABS", args[0].type, args) : null;
+      case "CHAR_LENGTH":  // characters (code points) everywhere
+        return args.length == 1 && args[0].type instanceof StringType ? call("CHAR_LENGTH", DataTypes.IntegerType, args) : null;
+      case "CONCAT":  // NULL if any part is NULL, as Spark's concat
+        if (args.length < 1) return null;
+        for (Typed a : args) {
+          if (!(a.type instanceof StringType)) return null;
+        }
+        return call("CONCAT", DataTypes.StringType, args);
+      case "TRIM": case "LTRIM": case "RTRIM":  // spaces only, everywhere (not a custom trim string)
+        return args.length == 1 && args[0].type instanceof StringType ? call(g.name(), DataTypes.StringType, args) : null;
+      case "DATE_ADD":
+        return args.length == 2 && args[0].type instanceof DateType && integral(args[1].type) && !(args[1].type instanceof LongType)
+            ? call("DATE_ADD", DataTypes.DateType, args) : null;
+      case "DATE_DIFF":  // days from the second to the first
+        return args.length == 2 && args[0].type instanceof DateType && args[1].type instanceof DateType
+            ? call("DATE_DIFF", DataTypes.IntegerType, args) : null;
       case "SUBSTRING":
         if (args.length < 2 || args.length > 3 || !(args[0].type instanceof StringType)) return null;
         for (int i = 1; i < args.length; i++) {
@@ -147,12 +168,19 @@ final class V2Json {
     }
   }
 
-  private static Typed call(String op, DataType type, Typed... args) {
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
-    n.put("op", op).put("type", type.catalogString());
-    ArrayNode a = n.putArray("args");
-    for (Typed t : args) a.add(t.json);
-    return new Typed(n, type);
+  static Typed call(String op, DataType type, Typed... args) {
+    ObjectNode[] json = new ObjectNode[args.length];
+    for (int i = 0; i < args.length; i++) json[i] = args[i].json;
+    return new Typed(Ir.call(op, type, json), type);
+  }
+
+  /** The column a V2 expression names, or null when it is not a plain top-level column. */
+  static String column(Expression e) {
+    if (e instanceof NamedReference) {
+      String[] names = ((NamedReference) e).fieldNames();
+      if (names.length == 1) return names[0];
+    }
+    return null;
   }
 
   private static boolean booleans(Typed[] args) {
@@ -258,19 +286,19 @@ final class V2Json {
     return null;
   }
 
-  /** A V2 literal (Spark's internal representation) as the JSON literal of htap.rewrite.subplan. */
+  /** A V2 literal (Spark's internal representation) as the JSON literal of htap.rewrite.pushed. */
   static ObjectNode literal(Object v, DataType t) {
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    ObjectNode n = Ir.MAPPER.createObjectNode();
     if (v == null) {
       return n.put("type", "null");
     }
     if (t instanceof BooleanType) return n.put("type", "boolean").put("value", (Boolean) v);
     if (integral(t)) return n.put("type", "long").put("value", ((Number) v).longValue());
     if (t instanceof DoubleType || t instanceof FloatType) {
+      // NaN and the infinities as text (JSON has no such numbers); MySQL holds neither, and its
+      // dialect decides comparisons with them from Spark's order (htap.rewrite.dialects).
       double d = ((Number) v).doubleValue();
-      // NaN and the infinities stay in Spark on this path: MySQL has neither, and only the simple
-      // filters' renderer decides such comparisons from Spark's order.
-      if (Double.isNaN(d) || Double.isInfinite(d)) return null;
+      if (Double.isNaN(d) || Double.isInfinite(d)) return n.put("type", "double").put("value", Double.toString(d));
       return n.put("type", "double").put("value", d);
     }
     if (t instanceof DecimalType) {

@@ -20,6 +20,8 @@ import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference$;
 import org.apache.spark.sql.catalyst.expressions.Cast;
 import org.apache.spark.sql.catalyst.expressions.DecimalDivideWithOverflowCheck;
+import org.apache.spark.sql.catalyst.expressions.Divide;
+import org.apache.spark.sql.catalyst.expressions.EvalMode$;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Like;
 import org.apache.spark.sql.catalyst.expressions.Literal;
@@ -35,7 +37,24 @@ import org.apache.spark.sql.catalyst.expressions.aggregate.Count;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Max;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Min;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Sum;
+import org.apache.spark.sql.catalyst.expressions.CurrentRow$;
+import org.apache.spark.sql.catalyst.expressions.DenseRank;
+import org.apache.spark.sql.catalyst.expressions.Lag;
+import org.apache.spark.sql.catalyst.expressions.Lead;
+import org.apache.spark.sql.catalyst.expressions.Rank;
+import org.apache.spark.sql.catalyst.expressions.RowFrame$;
+import org.apache.spark.sql.catalyst.expressions.RowNumber;
+import org.apache.spark.sql.catalyst.expressions.SpecifiedWindowFrame;
+import org.apache.spark.sql.catalyst.expressions.UnboundedFollowing$;
+import org.apache.spark.sql.catalyst.expressions.UnboundedPreceding$;
+import org.apache.spark.sql.catalyst.expressions.WindowExpression;
+import org.apache.spark.sql.catalyst.expressions.WindowSpecDefinition;
+import org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke;
 import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
+import org.apache.spark.sql.catalyst.plans.logical.Expand;
+import org.apache.spark.sql.catalyst.plans.logical.Offset;
+import org.apache.spark.sql.catalyst.plans.logical.Union;
+import org.apache.spark.sql.catalyst.plans.logical.Window;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.expressions.DynamicPruning;
 import org.apache.spark.sql.catalyst.plans.logical.GlobalLimit;
@@ -53,18 +72,19 @@ import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractPartialFunction;
 
 /**
- * A subtree of Spark's optimized logical plan as the pushed tree JSON of htap.rewrite.subplan
- * ({"tree": {"leaves", "root"}}), or null when any part of it cannot be carried exactly: then
- * Spark keeps the node (and the strategy tries its children). Every column is named after its
- * expression id ({@code c<id>}): each node's outputs are distinct and the two sides of a join
- * share none, so a name is unique in every SELECT's scope (the renderer qualifies only join
- * conditions; one subplan may appear twice, e.g. a semi join Spark copied below an aggregate); expressions go through Spark's own
- * V2ExpressionBuilder and {@link V2Json} (the same exactness rules as a single scan), with
- * aggregate functions and uncorrelated scalar subqueries put in as placeholders.
+ * A subtree of Spark's optimized logical plan as a pushed plan (htap.rewrite.pushed), or null when
+ * any part of it cannot be carried exactly: then Spark keeps the node (and the strategy tries its
+ * children). Each HTAP scan below is inlined: its own pushed plan (what DSv2 pushed into it) with
+ * its scans appended to the plan's. Every column is named after its expression id ({@code
+ * c<id>}): each node's outputs are distinct and the two sides of a join share none, so a name is
+ * unique in every SELECT's scope (one subplan may appear twice, e.g. a semi join Spark copied
+ * below an aggregate); expressions go through Spark's own V2ExpressionBuilder and {@link
+ * ExprTranslator} (the same exactness rules as a single scan), with aggregate functions and
+ * uncorrelated scalar subqueries put in as placeholders.
  */
-final class SubtreeJson {
+final class PlanTranslator {
   final List<DataSourceV2ScanRelation> leaves = new ArrayList<>();
-  private final ArrayNode leafJson = PushedJson.MAPPER.createArrayNode();
+  private final ArrayNode scans = Ir.MAPPER.createArrayNode();
   private Map<String, String> reference;  // the first leaf's catalog options: every leaf must have them
   private String referenceCatalog;
   private String snapshotToken;
@@ -82,19 +102,15 @@ final class SubtreeJson {
   /** Filter conjuncts that cannot be translated but may be applied by Spark above the tree. */
   final List<Expression> residuals = new ArrayList<>();
 
-  /** The tree JSON of {@code plan}, or null. */
+  /** The pushed plan of {@code plan} (one task), or null. */
   ObjectNode translate(LogicalPlan plan) {
+    PlanCheck.injectTranslationFailure();
     ObjectNode root = node(plan, true, true);
     if (root == null) return null;
     for (Expression r : residuals) {
       if (!r.references().subsetOf(plan.outputSet())) return null;  // Spark applies it above the tree
     }
-    ObjectNode tree = PushedJson.MAPPER.createObjectNode();
-    tree.set("leaves", leafJson);
-    tree.set("root", root);
-    ObjectNode json = PushedJson.MAPPER.createObjectNode();
-    json.set("tree", tree);
-    return json;
+    return Ir.plan(scans, root, -1);
   }
 
   /** Whether the node's output names a column twice (SQL could not tell the two apart). */
@@ -116,7 +132,7 @@ final class SubtreeJson {
    * conjunct here that cannot be translated may be left to Spark above the whole tree.
    */
   private ObjectNode node(LogicalPlan p, boolean top, boolean liftable) {
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    ObjectNode n = Ir.MAPPER.createObjectNode();
     if (duplicates(p)) return null;
     if (p instanceof DataSourceV2ScanRelation) {
       return scan((DataSourceV2ScanRelation) p, n);
@@ -163,11 +179,7 @@ final class SubtreeJson {
       if (kept.isEmpty()) return child;
       operators.add("Filter");
       ObjectNode cond = kept.get(0);
-      for (int i = 1; i < kept.size(); i++) {
-        ObjectNode and = PushedJson.MAPPER.createObjectNode();
-        and.put("op", "AND").put("type", "boolean").putArray("args").add(cond).add(kept.get(i));
-        cond = and;
-      }
+      for (int i = 1; i < kept.size(); i++) cond = Ir.call("AND", DataTypes.BooleanType, cond, kept.get(i));
       n.put("node", "filter").set("child", child);
       n.set("cond", cond);
       return n;
@@ -182,13 +194,16 @@ final class SubtreeJson {
         if (!ids.add(a.exprId().id())) return null;  // one id on both sides: names would clash
       }
       boolean leftKept = type.equals("inner") || type.equals("cross") || type.equals("semi") || type.equals("anti")
-          || type.equals("left");
+          || type.equals("left") || type.equals("existence");
       boolean rightKept = type.equals("inner") || type.equals("cross") || type.equals("right");
       ObjectNode left = node(j.left(), false, liftable && leftKept);
       if (left == null) return null;
       ObjectNode right = node(j.right(), false, liftable && rightKept);
       if (right == null) return null;
       n.put("node", "join").put("type", type);
+      if (type.equals("existence")) {
+        n.put("exists", name(((org.apache.spark.sql.catalyst.plans.ExistenceJoin) j.joinType()).exists()));
+      }
       n.set("left", left);
       n.set("right", right);
       if (j.condition().isDefined()) {
@@ -200,7 +215,7 @@ final class SubtreeJson {
       } else if (!type.equals("inner") && !type.equals("cross") && !type.equals("semi") && !type.equals("anti")) {
         return null;
       }
-      operators.add(j.joinType().sql() + " JOIN");
+      operators.add(type.equals("existence") ? "EXISTS" : j.joinType().sql() + " JOIN");
       return n;
     }
     if (p instanceof Aggregate) {
@@ -236,7 +251,7 @@ final class SubtreeJson {
       LocalLimit local = (LocalLimit) ((GlobalLimit) p).child();
       if (limit == null || !limit.equals(intLiteral(local.limitExpr()))) return null;
       LogicalPlan below = local.child();
-      ArrayNode keys = PushedJson.MAPPER.createArrayNode();
+      ArrayNode keys = Ir.MAPPER.createArrayNode();
       if (below instanceof Sort && ((Sort) below).global()) {
         keys = keys((Sort) below);
         if (keys == null) return null;
@@ -249,9 +264,193 @@ final class SubtreeJson {
       n.set("keys", keys);
       return n;
     }
+    if (p instanceof Offset) return offset((Offset) p);
+    if (p instanceof Union) return union((Union) p, n);
+    if (p instanceof Window) return window((Window) p, n);
+    if (p instanceof Expand) return expand((Expand) p, n);
     return null;
   }
 
+  /**
+   * OFFSET m over a LIMIT (Spark's LIMIT n OFFSET m: a global limit of n + m below the offset, a
+   * top-N when ordered, as SQL's ORDER BY ... LIMIT n OFFSET m): the limit node takes the offset
+   * (the renderer keeps the order of a plan's root). Only over a limit (the limit node of this
+   * plan, or of a scan it inlines, below projections): an offset over unordered rows is not pushed.
+   */
+  private ObjectNode offset(Offset o) {
+    Integer skip = intLiteral(o.offsetExpr());
+    if (skip == null || skip < 0) return null;
+    ObjectNode child = node(o.child(), false, false);
+    if (child == null) return null;
+    JsonNode limit = child;
+    while (limit.path("node").asText().equals("project")) limit = limit.get("child");  // rows unchanged
+    if (!limit.path("node").asText().equals("limit")) return null;
+    int rows = limit.get("limit").asInt();
+    ((ObjectNode) limit).put("limit", Math.max(0, rows - skip));
+    ((ObjectNode) limit).put("offset", limit.path("offset").asInt(0) + skip);
+    operators.add("Offset");
+    return child;
+  }
+
+  /** UNION ALL (Spark's Union by position; a distinct UNION is an Aggregate above it). */
+  private ObjectNode union(Union u, ObjectNode n) {
+    if (u.byName() || u.allowMissingCol()) return null;
+    ArrayNode children = Ir.MAPPER.createArrayNode();
+    for (LogicalPlan c : CollectionConverters.asJava(u.children())) {
+      ObjectNode child = node(c, false, false);
+      if (child == null) return null;
+      children.add(child);
+    }
+    n.put("node", "union").set("children", children);
+    ArrayNode out = n.putArray("output");
+    for (Attribute a : CollectionConverters.asJava(u.output())) out.add(name(a));
+    operators.add("UNION ALL");
+    return n;
+  }
+
+  /**
+   * Grouping sets, ROLLUP and CUBE: Spark's Expand (each child row once per projection; the
+   * Aggregate above groups by the expanded columns and the grouping id).
+   */
+  private ObjectNode expand(Expand e, ObjectNode n) {
+    ObjectNode child = node(e.child(), false, false);
+    if (child == null) return null;
+    ArrayNode projections = Ir.MAPPER.createArrayNode();
+    for (scala.collection.immutable.Seq<Expression> projection : CollectionConverters.asJava(e.projections())) {
+      ArrayNode exprs = projections.addArray();
+      for (Expression x : CollectionConverters.asJava(projection)) {
+        ObjectNode t = expr(x, e.child().output(), false, false);
+        if (t == null) return null;
+        exprs.add(t);
+      }
+    }
+    n.put("node", "expand").set("child", child);
+    n.set("projections", projections);
+    ArrayNode out = n.putArray("output");
+    for (Attribute a : CollectionConverters.asJava(e.output())) out.add(name(a));
+    operators.add("Expand");
+    return n;
+  }
+
+  /**
+   * Window functions over one partitioning and ordering (Spark's Window node): ROW_NUMBER, RANK,
+   * DENSE_RANK, LAG and LEAD (a literal offset, not ignoring NULLs), and SUM / COUNT / MIN / MAX
+   * / AVG of decimals over a frame of rows or a range from or to its ends or the current row.
+   * The node outputs its child's columns, then one column per window expression.
+   */
+  private ObjectNode window(Window w, ObjectNode n) {
+    ObjectNode child = node(w.child(), false, false);
+    if (child == null) return null;
+    ArrayNode exprs = n.put("node", "window").putArray("exprs");
+    n.set("child", child);
+    scala.collection.immutable.Seq<Attribute> input = w.child().output();
+    for (NamedExpression ne : CollectionConverters.asJava(w.windowExpressions())) {
+      Expression e = ne instanceof Alias ? ((Alias) ne).child() : null;
+      if (!(e instanceof WindowExpression)) return null;
+      ObjectNode t = windowed((WindowExpression) e, input);
+      if (t == null) return null;
+      exprs.add(Ir.named(name(ne.toAttribute()), t));
+    }
+    operators.add("Window");
+    return n;
+  }
+
+  private ObjectNode windowed(WindowExpression we, scala.collection.immutable.Seq<Attribute> input) {
+    WindowSpecDefinition spec = we.windowSpec();
+    ObjectNode over = Ir.MAPPER.createObjectNode();
+    ArrayNode partition = over.putArray("partition_by");
+    for (Expression p : CollectionConverters.asJava(spec.partitionSpec())) {
+      ObjectNode t = expr(p, input, false, false);
+      if (t == null) return null;
+      partition.add(t);
+    }
+    ArrayNode order = over.putArray("order_by");
+    for (SortOrder o : CollectionConverters.asJava(spec.orderSpec())) {
+      ObjectNode t = expr(o.child(), input, false, false);
+      if (t == null || !orderable(o.child().dataType())) return null;
+      order.add(Ir.key(t, o.isAscending(), o.nullOrdering().sql().equals("NULLS FIRST")));
+    }
+    if (!(spec.frameSpecification() instanceof SpecifiedWindowFrame)) return null;
+    SpecifiedWindowFrame frame = (SpecifiedWindowFrame) spec.frameSpecification();
+    boolean rows = frame.frameType() == RowFrame$.MODULE$;
+    ObjectNode f = over.putObject("frame").put("kind", rows ? "rows" : "range");
+    if (!bound(frame.lower(), rows, f, "lower") || !bound(frame.upper(), rows, f, "upper")) return null;
+    Expression fn = we.windowFunction();
+    if (fn instanceof RowNumber || fn instanceof Rank || fn instanceof DenseRank) {
+      String win = fn instanceof RowNumber ? "row_number" : fn instanceof Rank ? "rank" : "dense_rank";
+      ObjectNode call = Ir.MAPPER.createObjectNode();
+      call.put("win", win).put("type", fn.dataType().catalogString()).putArray("args");
+      return over(call, over, fn.dataType());
+    }
+    if (fn instanceof Lag || fn instanceof Lead) {
+      Expression in = fn instanceof Lag ? ((Lag) fn).input() : ((Lead) fn).input();
+      Expression offset = fn instanceof Lag ? ((Lag) fn).inputOffset() : ((Lead) fn).offset();
+      Expression fallback = fn.children().apply(2);  // `default`, a Java keyword
+      boolean ignoreNulls = fn instanceof Lag ? ((Lag) fn).ignoreNulls() : ((Lead) fn).ignoreNulls();
+      Integer k = intLiteral(offset);
+      if (ignoreNulls || k == null || k < 0) return null;
+      ObjectNode value = expr(in, input, false, false);
+      ObjectNode dflt = expr(fallback, input, false, false);
+      if (value == null || dflt == null) return null;
+      ObjectNode steps = Ir.MAPPER.createObjectNode();
+      steps.put("type", "int").putObject("lit").put("type", "long").put("value", k);
+      ObjectNode call = Ir.MAPPER.createObjectNode();
+      call.put("win", fn instanceof Lag ? "lag" : "lead").put("type", fn.dataType().catalogString());
+      call.putArray("args").add(value).add(steps).add(dflt);
+      return over(call, over, fn.dataType());
+    }
+    // An aggregate over the frame: every aggregate of its translation (AVG is a sum over a
+    // count) computed over the window.
+    ObjectNode t = expr(fn, input, false, true);
+    return t == null ? null : windowedAggregates(t, over);
+  }
+
+  private static ObjectNode over(ObjectNode fn, ObjectNode spec, DataType type) {
+    ObjectNode n = spec.deepCopy();
+    n.set("over", fn);
+    n.put("type", type.catalogString());
+    return n;
+  }
+
+  /** {@code e} with each aggregate in it computed over the window {@code spec}. */
+  private static ObjectNode windowedAggregates(ObjectNode e, ObjectNode spec) {
+    if (e.has("agg")) {
+      if (e.path("distinct").asBoolean(false)) return null;
+      return over(e, spec, DataType.fromDDL(e.get("type").asText()));
+    }
+    for (JsonNode arg : e.path("args")) {
+      if (arg instanceof ObjectNode && windowedAggregates((ObjectNode) arg, spec) == null) return null;
+    }
+    ArrayNode args = e.has("args") ? (ArrayNode) e.get("args") : null;
+    if (args != null) {
+      for (int i = 0; i < args.size(); i++) args.set(i, windowedAggregates((ObjectNode) args.get(i), spec));
+    }
+    return e;
+  }
+
+  /** A frame bound into {@code f}: null (unbounded), 0 (current row) or a literal row offset. */
+  private static boolean bound(Expression b, boolean rows, ObjectNode f, String key) {
+    if (b instanceof UnboundedPreceding$ || b instanceof UnboundedFollowing$) {
+      f.putNull(key);
+      return true;
+    }
+    if (b instanceof CurrentRow$) {
+      f.put(key, 0);
+      return true;
+    }
+    Integer offset = rows ? intLiteral(b) : null;  // a range of values: not pushed
+    if (offset == null) return false;
+    f.put(key, offset);
+    return true;
+  }
+
+  /**
+   * An HTAP scan, inlined: its own pushed plan's scans appended to this plan's, its root with
+   * their indices shifted, and a projection naming its outputs after the relation's attributes
+   * (positionally: a scan's output attributes are its read schema, which its root's columns
+   * are). A scan whose aggregate is partial (a task per partition) is computed whole here (the
+   * plan is one task), its decimal sums in Spark's full SUM type ({@link #partialSums}).
+   */
   private ObjectNode scan(DataSourceV2ScanRelation r, ObjectNode n) {
     if (!(r.scan() instanceof HtapScan)) return null;
     HtapScan s = (HtapScan) r.scan();
@@ -267,31 +466,50 @@ final class SubtreeJson {
     } else if (!reference.equals(opts) || !referenceCatalog.equals(catalog) || !Objects.equals(snapshotToken, s.snapshotToken())) {
       return null;  // another catalog, source, user, route or snapshot: not one query
     }
+    ObjectNode plan = Ir.parse(pushed);
+    ObjectNode root = (ObjectNode) plan.get("root");
+    List<String> columns = Ir.columns(root);
     List<AttributeReference> output = CollectionConverters.asJava(r.output());
-    if (output.isEmpty()) return null;  // no column to name in SQL
-    ObjectNode leaf = PushedJson.MAPPER.createObjectNode();
-    leaf.put("table", table);
-    try {
-      leaf.set("pushed", PushedJson.MAPPER.readTree(pushed));
-    } catch (Exception e) {
-      return null;
-    }
-    ArrayNode names = n.put("node", "scan").put("leaf", leaves.size()).putArray("output");
-    for (AttributeReference a : output) names.add(name(a));
-    JsonNode aggregates = leaf.get("pushed").path("aggregates");
-    if (!leaf.get("pushed").path("complete").asBoolean(false)) {
-      for (AttributeReference a : output) {  // the scan names its aggregates' outputs agg<i>
-        if (!a.name().matches("agg[0-9]+") || !(a.dataType() instanceof DecimalType)) continue;
-        int i = Integer.parseInt(a.name().substring(3));
-        if (i < aggregates.size() && "sum".equals(aggregates.get(i).path("fn").asText())) partialSums.add(a.exprId().id());
+    if (columns.size() != output.size()) return null;
+    int offset = scans.size();
+    for (JsonNode scan : plan.get("scans")) scans.add(scan);
+    shiftScans(root, offset);
+    if ("aggregate".equals(root.path("node").asText()) && root.path("partial").asBoolean(false)) {
+      root.remove("partial");
+      for (JsonNode named : root.get("exprs")) {
+        JsonNode e = named.get("expr");
+        DataType t = e.has("agg") && "sum".equals(e.get("agg").asText()) ? DataType.fromDDL(e.get("type").asText()) : null;
+        if (!(t instanceof DecimalType)) continue;
+        DecimalType d = (DecimalType) t;
+        ((ObjectNode) e).put("type", DataTypes.createDecimalType(Math.min(DecimalType.MAX_PRECISION(), d.precision() + 10),
+            d.scale()).catalogString());
+        AttributeReference a = output.get(columns.indexOf(named.get("name").asText()));
+        partialSums.add(a.exprId().id());
       }
     }
-    for (JsonNode a : aggregates) {  // a single table's AVG of decimals, computed whole by the leaf
-      if ("avg".equals(a.path("fn").asText())) operators.add("AVG");
+    if (root.path("node").asText().equals("aggregate")) {
+      for (JsonNode named : root.get("exprs")) {
+        if (named.get("expr").path("op").asText().equals("/")) operators.add("AVG");  // a single table's AVG, whole
+      }
+    }
+    n.put("node", "project").set("child", root);
+    ArrayNode exprs = n.putArray("exprs");
+    for (int i = 0; i < output.size(); i++) {
+      AttributeReference a = output.get(i);
+      exprs.add(Ir.named(name(a), Ir.col(columns.get(i), a.dataType())));
     }
     leaves.add(r);
-    leafJson.add(leaf);
     return n;
+  }
+
+  /** Every scan node's index below {@code node} (subqueries included) shifted by {@code offset}. */
+  private static void shiftScans(JsonNode node, int offset) {
+    if (node instanceof ObjectNode && "scan".equals(node.path("node").asText()) && node.has("scan")) {
+      ((ObjectNode) node).put("scan", node.get("scan").asInt() + offset);
+    }
+    for (JsonNode child : node) {
+      if (child.isContainerNode()) shiftScans(child, offset);
+    }
   }
 
   private static List<Expression> conjuncts(Expression e) {
@@ -307,7 +525,7 @@ final class SubtreeJson {
 
   /** Our name of a join type, or null (ExistenceJoin's own sql() throws: it is asked nothing). */
   private static String joinType(org.apache.spark.sql.catalyst.plans.JoinType t) {
-    if (t instanceof org.apache.spark.sql.catalyst.plans.ExistenceJoin) return null;
+    if (t instanceof org.apache.spark.sql.catalyst.plans.ExistenceJoin) return "existence";
     switch (t.sql()) {
       case "INNER": return "inner";
       case "CROSS": return "cross";
@@ -321,7 +539,7 @@ final class SubtreeJson {
   }
 
   private ArrayNode named(List<? extends NamedExpression> list, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
-    ArrayNode out = PushedJson.MAPPER.createArrayNode();
+    ArrayNode out = Ir.MAPPER.createArrayNode();
     for (NamedExpression ne : list) {
       Expression e = (Expression) ne;
       while (e instanceof Alias) e = ((Alias) e).child();  // `x AS a AS b` (a CTE's renamed column)
@@ -334,7 +552,7 @@ final class SubtreeJson {
   }
 
   private ArrayNode keys(Sort s) {
-    ArrayNode keys = PushedJson.MAPPER.createArrayNode();
+    ArrayNode keys = Ir.MAPPER.createArrayNode();
     for (SortOrder o : CollectionConverters.asJava(s.order())) {
       ObjectNode e = expr(o.child(), s.child().output(), false, false);
       if (e == null || !orderable(o.child().dataType())) return null;
@@ -355,21 +573,20 @@ final class SubtreeJson {
 
   /**
    * A Catalyst expression over {@code input} as typed JSON: columns renamed to their ids, then
-   * Spark's V2 translation and V2Json's exactness rules; aggregate functions (when allowed) and
+   * Spark's V2 translation and ExprTranslator's exactness rules; aggregate functions (when allowed) and
    * uncorrelated scalar subqueries over compatible scans as placeholders filled in after.
    */
   private ObjectNode expr(Expression e, scala.collection.immutable.Seq<Attribute> input, boolean predicate, boolean aggregates) {
     int leavesBefore = leaves.size();
+    int scansBefore = scans.size();
     int operatorsBefore = operators.size();
     ObjectNode out = translated(e, input, predicate, aggregates);
     if (out == null) {
-      // A scalar subquery inside may have taken leaves before the expression failed: nothing
+      // A scalar subquery inside may have taken scans before the expression failed: nothing
       // refers to them now (the expression stays in Spark, which reads them itself), so they
-      // must neither be read by the tree's query nor count as its scans.
-      while (leaves.size() > leavesBefore) {
-        leaves.remove(leaves.size() - 1);
-        leafJson.remove(leafJson.size() - 1);
-      }
+      // must neither be read by the plan's query nor count as its scans.
+      while (leaves.size() > leavesBefore) leaves.remove(leaves.size() - 1);
+      while (scans.size() > scansBefore) scans.remove(scans.size() - 1);
       while (operators.size() > operatorsBefore) operators.remove(operators.size() - 1);
     }
     return out;
@@ -383,7 +600,8 @@ final class SubtreeJson {
       @Override
       public boolean isDefinedAt(Expression x) {
         return x instanceof AttributeReference || x instanceof AggregateExpression || x instanceof ScalarSubquery
-            || x instanceof Like || x instanceof DecimalDivideWithOverflowCheck || narrowing(x);
+            || x instanceof Like || x instanceof DecimalDivideWithOverflowCheck || x instanceof Divide || narrowing(x)
+            || charPadding(x);
       }
 
       @Override
@@ -397,7 +615,9 @@ final class SubtreeJson {
             ? (aggregates ? aggregate((AggregateExpression) x, input) : null)
             : x instanceof Like ? like((Like) x, input)
             : x instanceof DecimalDivideWithOverflowCheck ? divide((DecimalDivideWithOverflowCheck) x, input, aggregates)
-            : x instanceof ScalarSubquery ? subquery((ScalarSubquery) x) : narrowed((Cast) x, input, aggregates);
+            : x instanceof Divide ? divided((Divide) x, input, aggregates)
+            : x instanceof ScalarSubquery ? subquery((ScalarSubquery) x)
+            : charPadding(x) ? padded((StaticInvoke) x, input) : narrowed((Cast) x, input, aggregates);
         if (slot == null) {
           failed[0] = true;
           @SuppressWarnings("unchecked") B1 r = (B1) x;
@@ -416,7 +636,7 @@ final class SubtreeJson {
     StructType schema = new StructType();
     for (Attribute a : CollectionConverters.asJava(input)) schema = schema.add(name(a), a.dataType(), true);
     for (Map.Entry<String, DataType> s : slotTypes.entrySet()) schema = schema.add(s.getKey(), s.getValue(), true);
-    V2Json.Typed typed = V2Json.translate(v2.get(), schema, ansi);
+    ExprTranslator.Typed typed = ExprTranslator.translate(v2.get(), schema, ansi);
     if (typed == null || (predicate && !(typed.type instanceof BooleanType))) return null;
     if (!slots.isEmpty() && !fill(typed.json, slots)) return null;
     return typed.json;
@@ -449,7 +669,7 @@ final class SubtreeJson {
         scala.collection.immutable.List$.MODULE$.empty());
   }
 
-  /** Puts each slot's JSON where V2Json left a column of the slot's name; false if one is lost. */
+  /** Puts each slot's JSON where ExprTranslator left a column of the slot's name; false if one is lost. */
   private static boolean fill(JsonNode node, Map<String, ObjectNode> slots) {
     Set<String> used = new HashSet<>();
     fillInto(node, slots, used);
@@ -478,7 +698,7 @@ final class SubtreeJson {
     if (a.filter().isDefined() || a.mode() != Complete$.MODULE$) return null;
     AggregateFunction f = a.aggregateFunction();
     if (f instanceof Average) return average(a, (Average) f, input);
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    ObjectNode n = Ir.MAPPER.createObjectNode();
     List<Expression> args = CollectionConverters.asJava(f.children());
     if (f instanceof Sum) {
       DataType in = ((Sum) f).child().dataType();
@@ -503,17 +723,23 @@ final class SubtreeJson {
   }
 
   /**
-   * AVG over decimals as what Spark itself evaluates for it: its evaluateExpression with its sum
-   * and count buffers replaced by SUM and COUNT of the same input, i.e. {@code if (count = 0)
-   * null else DecimalDivideWithOverflowCheck(sum, cast(count as decimal(20,0)), decimal(p+4,
-   * s+4))}, translated like any expression ({@link #divide}). Whatever else Spark evaluates (an
-   * average of integers or doubles is a DOUBLE sum, whose rounding depends on the order rows
-   * are added in) has no translation and stays in Spark, as do decimals that Spark's
-   * DecimalAggregates rule already turned into a DOUBLE average (p + 4 <= 15).
+   * AVG as what Spark itself evaluates for it: its evaluateExpression with its sum and count
+   * buffers replaced by SUM and COUNT of the same input, translated like any expression. Over
+   * decimals: {@code if (count = 0) null else DecimalDivideWithOverflowCheck(sum,
+   * cast(count as decimal(20,0)), decimal(p+4, s+4))} ({@link #divide}), Spark's value to the
+   * last digit. Over integers and floating point: a DOUBLE sum over a DOUBLE count (legacy
+   * division: NULL for no rows), the sum as SUM(CAST(x AS DOUBLE)) — for integers exactly Spark's
+   * while its running sum stays below 2^53 (where Spark's own answer no longer depends on the
+   * order rows arrive in); for doubles within rounding, as any pushed SUM of doubles. Decimals
+   * Spark's DecimalAggregates rule already turned into a DOUBLE average (p + 4 <= 15) arrive as
+   * that DOUBLE average of unscaled values, and stay in Spark.
    */
   private ObjectNode average(AggregateExpression a, Average f, scala.collection.immutable.Seq<Attribute> input) {
-    if (!(f.child().dataType() instanceof DecimalType)) return null;
-    AggregateExpression sum = new Sum(f.child()).toAggregateExpression(a.isDistinct(), scala.Option.empty());
+    DataType in = f.child().dataType();
+    boolean decimal = in instanceof DecimalType;
+    if (!decimal && !(in instanceof IntegralType || in instanceof FloatType || in instanceof DoubleType)) return null;
+    Expression summed = decimal ? f.child() : new Cast(f.child(), DataTypes.DoubleType, scala.Option.empty());
+    AggregateExpression sum = new Sum(summed).toAggregateExpression(a.isDistinct(), scala.Option.empty());
     AggregateExpression count = new Count(CollectionConverters.asScala(List.of(f.child())).toList())
         .toAggregateExpression(a.isDistinct(), scala.Option.empty());
     if (!sum.dataType().equals(f.sum().dataType()) || !count.dataType().equals(f.count().dataType())) return null;
@@ -555,11 +781,41 @@ final class SubtreeJson {
     ObjectNode left = expr(d.left(), input, false, aggregates);
     ObjectNode right = left == null ? null : expr(d.right(), input, false, aggregates);
     if (right == null) return null;
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
-    n.put("op", "/").put("type", result.catalogString());
-    n.putArray("args").add(left).add(right);
     operators.add("AVG");
-    return n;
+    return Ir.call("/", result, left, right);
+  }
+
+  /**
+   * Spark's `/` of doubles or decimals (it casts integers to one or the other first). DOUBLE: IEEE
+   * division, the same everywhere. DECIMAL: Spark's quotient is the exact one rounded HALF_UP to
+   * its result type's scale (Decimal's `/`, 39 digits truncated, then toPrecision HALF_UP),
+   * rendered as integer arithmetic (htap.rewrite.render {@code divide}); only when the result
+   * type holds every quotient (its integer digits p1 - s1 + s2 at least: no overflow) and the
+   * arithmetic's intermediate (the divisor's digits plus the scale shift) fits 38 digits. ANSI
+   * mode raises on a zero divisor ("DIV"; the targets raise too), legacy mode gives NULL ("/");
+   * TRY mode (NULL on any error) stays in Spark.
+   */
+  private ObjectNode divided(Divide d, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
+    boolean ansi = d.evalMode() == EvalMode$.MODULE$.ANSI();
+    if (!ansi && d.evalMode() != EvalMode$.MODULE$.LEGACY()) return null;
+    DataType t = d.dataType();
+    if (t instanceof DecimalType) {
+      if (!(d.left().dataType() instanceof DecimalType) || !(d.right().dataType() instanceof DecimalType)) return null;
+      DecimalType a = (DecimalType) d.left().dataType();
+      DecimalType b = (DecimalType) d.right().dataType();
+      DecimalType r = (DecimalType) t;
+      int shift = r.scale() + b.scale() - a.scale();
+      if (r.precision() - r.scale() < a.precision() - a.scale() + b.scale() || shift < 0 || b.precision() + shift > 38) {
+        return null;
+      }
+    } else if (!(t instanceof DoubleType) || !(d.left().dataType() instanceof DoubleType)
+        || !(d.right().dataType() instanceof DoubleType)) {
+      return null;
+    }
+    ObjectNode left = expr(d.left(), input, false, aggregates);
+    ObjectNode right = left == null ? null : expr(d.right(), input, false, aggregates);
+    if (right == null) return null;
+    return Ir.call(ansi ? "DIV" : "/", t, left, right);
   }
 
   /**
@@ -580,12 +836,9 @@ final class SubtreeJson {
     }
     ObjectNode arg = expr(l.left(), input, false, false);
     if (arg == null) return null;
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
-    n.put("op", "LIKE").put("type", "boolean");
-    ArrayNode args = n.putArray("args");
-    args.add(arg);
-    args.addObject().put("type", "string").putObject("lit").put("type", "string").put("value", text);
-    return n;
+    ObjectNode literal = Ir.MAPPER.createObjectNode();
+    literal.put("type", "string").putObject("lit").put("type", "string").put("value", text);
+    return Ir.call("LIKE", DataTypes.BooleanType, arg, literal);
   }
 
   /**
@@ -609,10 +862,26 @@ final class SubtreeJson {
   private ObjectNode narrowed(Cast c, scala.collection.immutable.Seq<Attribute> input, boolean aggregates) {
     ObjectNode arg = expr(c.child(), input, false, aggregates);
     if (arg == null || partialSum(c)) return arg;
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
-    n.put("op", "cast").put("type", c.dataType().catalogString());
-    n.putArray("args").add(arg);
-    return n;
+    return Ir.call("cast", c.dataType(), arg);
+  }
+
+  /**
+   * Spark's read-side padding of a CHAR(n) column (spark.sql.readSideCharPadding): the value
+   * padded with spaces to n characters when shorter, as CHAR(n) is read in Spark.
+   */
+  private static boolean charPadding(Expression x) {
+    if (!(x instanceof StaticInvoke)) return false;
+    StaticInvoke s = (StaticInvoke) x;
+    return s.functionName().equals("readSidePadding") && s.arguments().size() == 2 && intLiteral(s.arguments().apply(1)) != null
+        && s.staticObject().getSimpleName().equals("CharVarcharCodegenUtils");
+  }
+
+  private ObjectNode padded(StaticInvoke s, scala.collection.immutable.Seq<Attribute> input) {
+    ObjectNode value = expr(s.arguments().apply(0), input, false, false);
+    if (value == null) return null;
+    ObjectNode length = Ir.MAPPER.createObjectNode();
+    length.put("type", "int").putObject("lit").put("type", "long").put("value", intLiteral(s.arguments().apply(1)));
+    return Ir.call("CHAR_PAD", DataTypes.StringType, value, length);
   }
 
   /** An uncorrelated scalar subquery whose plan is itself a tree over compatible scans. */
@@ -623,7 +892,7 @@ final class SubtreeJson {
     ObjectNode root = node(plan, false, false);
     if (root == null) return null;
     operators.add("scalar subquery");
-    ObjectNode n = PushedJson.MAPPER.createObjectNode();
+    ObjectNode n = Ir.MAPPER.createObjectNode();
     n.set("subquery", root);
     n.put("type", s.dataType().catalogString());
     return n;
