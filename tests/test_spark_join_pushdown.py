@@ -90,7 +90,10 @@ def test_pushed_joins_agree_with_spark_joining_itself(workspace, spark, catalog,
     for text, ordered in JOIN_QUERIES:
         q = text.format(**names)
         plan = spark.sql("EXPLAIN " + q).collect()[0][0]
-        assert "joined inside the scan" in plan, plan
+        # Joined inside one scan; or (work above it Spark would shuffle for, e.g. a COUNT(DISTINCT)
+        # or an AVG Spark finishes) that scan inside a whole pushed subtree: no join left to Spark.
+        assert "joined inside the scan" in plan or "whole subtree pushed" in plan, plan
+        assert "Join" not in plan.split("== Physical Plan ==")[-1].replace("JOIN", ""), plan
         got = _run(spark, q, ordered, pushdown=True)
         with ws.store() as store:
             routes = {store.recent_scans(ws.table(t).id, 1)[0].route for t in ("cust", "orders", "lines") if f"{{{t}}}" in text}
