@@ -154,11 +154,11 @@ def _partition_of(splits: pa.Array, literal) -> int | None:
     value = literal.value
     if value is None:
         return None
-    if literal.type == "timestamp":
-        value = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(value))
     try:
+        if literal.type == "timestamp":  # before year 1 it has no Python datetime (OverflowError)
+            value = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(value))
         scalar = pa.scalar(value).cast(splits.type)  # safe cast: refuses lossy conversions
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError):
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         return None
     if pa.types.is_floating(splits.type) and math.isnan(scalar.as_py()):
         return len(splits)  # NaN is above every split point (a NaN split point included)

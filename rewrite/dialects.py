@@ -160,6 +160,20 @@ def _divide_by_zero(query: exp.Expression, dialect: str) -> exp.Expression:
     return query.transform(spell)
 
 
+def _check_full_join(join: exp.Join, dialect: str) -> None:
+    """Postgres runs a FULL JOIN only with a merge- or hash-joinable condition (an equality of the
+    two sides' columns among its ANDed conjuncts): otherwise a PlanError. (MySQL's text spells a
+    FULL JOIN out as a UNION ALL: sqlglot's MySQL generator.)"""
+    on = join.args.get("on")
+    parts = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    parts = [p.unnest() if isinstance(p, exp.Paren) else p for p in parts]
+    if dialect == "postgres" and not any(
+        isinstance(p, exp.EQ) and isinstance(p.this, exp.Column) and isinstance(p.expression, exp.Column)
+        and p.this.table != p.expression.table for p in parts
+    ):
+        raise PlanError("Postgres runs a FULL JOIN only on an equality of the two sides' columns: not pushed")
+
+
 _TRANSFORMS = {"mysql": _mysql}
 
 
@@ -171,6 +185,9 @@ def for_source(query: exp.Expression, dialect: str) -> exp.Expression:
         query = _integers(query, dialect)
     if any(n.name == DIVIDE_BY_ZERO for n in query.find_all(exp.Anonymous)):
         query = _divide_by_zero(query, dialect)
+    for join in query.find_all(exp.Join):
+        if join.side == "FULL":
+            _check_full_join(join, dialect)
     transform = _TRANSFORMS.get(dialect)
     if transform is None:
         return query

@@ -70,8 +70,8 @@ def literal(lit: Literal) -> exp.Expression:
         if f != f or f in (float("inf"), float("-inf")):
             return exp.cast(exp.Literal.string(str(f)), "DOUBLE")
         return exp.cast(exp.Literal.number(repr(f)), "DOUBLE")
-    if t == "decimal":
-        return exp.Literal.number(str(v))
+    if t == "decimal":  # its exact text: a bare 38-digit number is a DOUBLE to DuckDB's parser
+        return exp.Literal.string(str(v))
     if t == "string":
         return exp.Literal.string(str(v))
     if t == "date":
@@ -109,7 +109,9 @@ def _true(e: Expr) -> bool:
 
 
 def _operand(node: exp.Expression) -> exp.Expression:
-    return node if isinstance(node, (exp.Column, exp.Literal, exp.Cast, exp.Paren)) else exp.paren(node, copy=False)
+    """`node` as an operand: parenthesized unless atomic (so that `(a <> b) >= FALSE` binds as meant)."""
+    atomic = (exp.Column, exp.Literal, exp.Cast, exp.Paren, exp.Null, exp.Boolean)
+    return node if isinstance(node, atomic) else exp.paren(node, copy=False)
 
 
 def _like(value: exp.Expression, pattern: str) -> exp.Expression:
@@ -130,6 +132,8 @@ def expr(e: Expr, inner=None) -> exp.Expression:
         return column(e.name)
     if e.form == "lit":
         lit = literal(e.value)
+        if e.value.type == "decimal" and not decimal_type(e.type):
+            raise PlanError(f"a decimal literal of type {e.type!r}: {e!r}")
         if e.value.type in ("string", "boolean") or not e.type or e.type == "void":
             return lit
         if isinstance(lit, exp.Cast) and lit.to == sql_type(e.type):
@@ -156,8 +160,8 @@ def expr(e: Expr, inner=None) -> exp.Expression:
                 # boolean placeholder used as a predicate (a general LIKE, TPC-H Q13's NOT LIKE);
                 # the bare predicate lets DuckDB push it into the scan and size the table by it.
                 return sub(a)
-    if op in _BINARY:
-        return _BINARY[op](this=sub(args[0]), expression=sub(args[1]))
+    if op in _BINARY:  # operands that are themselves operations bind as one: `(a <> b) >= FALSE`
+        return _BINARY[op](this=_operand(sub(args[0])), expression=_operand(sub(args[1])))
     if op == "NEG":
         return _typed(exp.Neg(this=exp.paren(sub(args[0]), copy=False)), e.type)
     if op == "AND":
@@ -171,7 +175,7 @@ def expr(e: Expr, inner=None) -> exp.Expression:
     if op == "IS_NOT_NULL":
         return exp.Not(this=exp.Is(this=_operand(sub(args[0])), expression=exp.Null()))
     if op == "IN":
-        return exp.In(this=sub(args[0]), expressions=[sub(a) for a in args[1:]])
+        return exp.In(this=_operand(sub(args[0])), expressions=[sub(a) for a in args[1:]])
     if op in _MATCHES:
         if len(args) != 2 or args[1].form != "lit" or args[1].value.type != "string":
             raise PlanError(f"{op} needs a literal pattern: {e!r}")
@@ -475,12 +479,12 @@ class _Renderer:
         child = node.children[0]
         source = self.query(child).subquery(self.alias(), copy=False)
         if op == "aggregate":
-            if not node.exprs:
-                raise PlanError("a pushed aggregate has no output")
-            q = _select([self.expr(e, partial=node.partial).as_(n, quoted=True) for n, e in node.exprs]).from_(
-                source, copy=False)
+            outputs = [self.expr(e, partial=node.partial).as_(n, quoted=True) for n, e in node.exprs]
+            if not outputs and not node.group_by:  # only the one row of a global aggregate
+                outputs = [exp.Count(this=exp.Star()).as_(ROW, quoted=True)]
+            q = _select(outputs).from_(source, copy=False)
             if node.group_by:
-                q = q.group_by(*(self.expr(g) for g in node.group_by), copy=False)
+                q = q.group_by(*(self.group_key(g) for g in node.group_by), copy=False)
             return q
         if op == "window":
             outputs = [column(c) for c in child.columns()] + [self.expr(e).as_(n, quoted=True) for n, e in node.exprs]
@@ -488,8 +492,8 @@ class _Renderer:
         if op == "expand":
             return self.expand(node, source)
         q = _select([column(c) for c in child.columns()]).from_(source, copy=False)
-        if node.keys:
-            q = q.order_by(*(self.ordered(k) for k in node.keys), copy=False)
+        if _sorting(node.keys):
+            q = q.order_by(*(self.ordered(k) for k in _sorting(node.keys)), copy=False)
         if op == "limit":
             q = q.limit(node.limit, copy=False)
             if node.offset:
@@ -506,7 +510,7 @@ class _Renderer:
         if not _flattens(node):
             alias = self.alias()
             cols = {c: column(c, alias) for c in node.columns()}
-            order = [self.ordered(k, cols) for k in node.keys] if node.op in ("sort", "limit") else []
+            order = [self.ordered(k, cols) for k in _sorting(node.keys)] if node.op in ("sort", "limit") else []
             return _Block([(self.query(node).subquery(alias, copy=False), [])], [], cols, order)
         if op == "project":
             block = self.flat(node.children[0])
@@ -610,22 +614,39 @@ class _Renderer:
         raise PlanError(f"cannot render expression {e!r}")
 
     def aggregate(self, e: Expr, partial: bool = False) -> exp.Expression:
-        if e.name == "count_star":
-            return exp.Count(this=exp.Star())
-        arg = self.expr(e.args[0])
-        if e.distinct:
-            arg = exp.Distinct(expressions=[arg])
-        node = _AGGREGATES[e.name](this=arg)
+        node = self.aggregate_call(e)
         if e.name == "sum":
             if partial and decimal_type(e.type):  # as computed, in 38 digits: partials.fit fits it
                 return _widened(node, e.type)
             return exp.Cast(this=node, to=sql_type(e.type))  # Spark's result type
         return node
 
+    def aggregate_call(self, e: Expr) -> exp.Expression:
+        """The aggregate function itself (Spark's semantics): MIN / MAX of booleans as BOOL_AND /
+        BOOL_OR (false < true; Postgres has no MIN of a boolean), a SUM of FLOATs in DOUBLE (as
+        Spark sums them; Postgres would in REAL)."""
+        if e.name == "count_star":
+            return exp.Count(this=exp.Star())
+        arg = self.expr(e.args[0])
+        if e.name == "sum" and e.args[0].type == "float":
+            arg = exp.Cast(this=arg, to=sql_type("double"))
+        if e.name in ("min", "max") and e.type == "boolean" and not e.distinct:
+            return (exp.LogicalAnd if e.name == "min" else exp.LogicalOr)(this=arg)
+        if e.distinct:
+            arg = exp.Distinct(expressions=[arg])
+        return _AGGREGATES[e.name](this=arg)
+
+    def group_key(self, g: Expr) -> exp.Expression:
+        """A grouping key; a constant one as an expression (a bare constant is an ordinal or an
+        error to Postgres), typed."""
+        if g.form == "lit":
+            return exp.Cast(this=literal(g.value), to=sql_type(g.type if g.type and g.type != "void" else "int"))
+        return self.expr(g)
+
     def window(self, e: Expr) -> exp.Expression:
         fn = e.args[0]
         if fn.form == "agg":  # the aggregate itself over the window, cast to Spark's type after
-            call = exp.Count(this=exp.Star()) if fn.name == "count_star" else _AGGREGATES[fn.name](this=self.expr(fn.args[0]))
+            call = self.aggregate_call(fn)
             frame = e.frame
         elif fn.name in _WINDOW_FUNCTIONS:
             call, frame = _WINDOW_FUNCTIONS[fn.name](), None
@@ -637,13 +658,20 @@ class _Renderer:
             call, frame = cls(this=self.expr(value), offset=exp.Literal.number(int(offset.value.value)),
                               default=self.expr(default)), None
         window = exp.Window(this=call, partition_by=[self.expr(p) for p in e.partition_by] or None,
-                            order=exp.Order(expressions=[self.ordered(k) for k in e.order_by]) if e.order_by else None,
+                            order=exp.Order(expressions=[self.ordered(k) for k in _sorting(e.order_by)])
+                            if _sorting(e.order_by) else None,
                             spec=_frame(frame) if frame is not None else None)
         return exp.Cast(this=window, to=sql_type(e.type))
 
     def ordered(self, k: SortKey, cols: dict[str, exp.Expression] | None = None) -> exp.Ordered:
         """A sort key with Spark's direction and NULL placement spelled out (engines differ in defaults)."""
         return exp.Ordered(this=self.expr(k.expr, cols), desc=not k.asc, nulls_first=k.nulls_first)
+
+
+def _sorting(keys) -> list[SortKey]:
+    """The sort keys that order anything: a constant key does not (and DuckDB and Postgres refuse
+    a bare one)."""
+    return [k for k in keys if k.expr.form != "lit"]
 
 
 def _frame(frame) -> exp.WindowSpec:

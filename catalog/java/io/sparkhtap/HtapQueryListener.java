@@ -66,7 +66,7 @@ final class HtapQueryListener extends SparkListener {
           LeaseKeeper.INSTANCE.submit(() -> reportDamage(failure, scans));
         }
       }
-    } catch (RuntimeException e) {  // never break Spark's listener bus
+    } catch (Exception e) {  // never break Spark's listener bus
       LOG.log(Level.WARNING, "spark-htap: query listener failed: " + e, e);
     }
   }
@@ -76,8 +76,9 @@ final class HtapQueryListener extends SparkListener {
     List<HtapScan> out = new ArrayList<>();
     try {
       HtapSnapshotStrategy.collect(qe.optimizedPlan(), out);
-    } catch (RuntimeException e) {
-      // A query that failed before it was optimized has no scans.
+    } catch (Exception e) {
+      // A query that failed before it was optimized (Spark's AnalysisException, a checked
+      // exception to javac) has no scans.
     }
     return out;
   }

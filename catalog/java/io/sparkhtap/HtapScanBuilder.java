@@ -424,7 +424,8 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       ExprTranslator.Typed t = translate(e, ansi, agg.inputs);
       if (t == null) return false;
       String col = ExprTranslator.column(e);
-      String name = col != null && has(col) && !joined.joined() ? col : "group" + g;
+      boolean named = col != null && has(col) && !joined.joined() && !schema.getFieldIndex(col).isDefined();
+      String name = named ? col : "group" + g;  // a column grouped by twice (DISTINCT a, a): named once
       agg.groupBy.add(t.json);
       agg.exprs.add(Ir.named(name, t.json.deepCopy()));
       schema = schema.add(name, t.type, true);

@@ -702,8 +702,8 @@ final class PlanTranslator {
     List<Expression> args = CollectionConverters.asJava(f.children());
     if (f instanceof Sum) {
       DataType in = ((Sum) f).child().dataType();
-      boolean ok = in instanceof DecimalType || in instanceof LongType || in instanceof IntegerType
-          || in instanceof ShortType || in instanceof ByteType || in instanceof DoubleType;
+      boolean ok = in instanceof DecimalType || in instanceof LongType || in instanceof IntegerType || in instanceof ShortType || in instanceof ByteType
+          || in instanceof DoubleType || in instanceof FloatType;
       if (!ok) return null;
       n.put("agg", "sum");
     } else if (f instanceof Count) {
