@@ -114,7 +114,9 @@ def run(spark, text: str, timeout_s: float, inspect_plan: bool = False) -> Resul
 def plan_pushed(df) -> tuple[bool, list[str]]:
     """(fully pushed, the operators left in Spark): fully pushed when the executed plan (its
     subqueries included) holds exactly one BatchScan, an HtapScan, and otherwise only PASSIVE
-    operators."""
+    operators. Under AQE the plan as planned is inspected (what EXPLAIN shows), not the one AQE
+    re-planned at run time: that one may have replaced whole subtrees by an empty relation when a
+    join side turned out empty, hiding the scans and joins the planner left in Spark."""
     root = df._jdf.queryExecution().executedPlan()
     scans = 0
     other: list[str] = []
@@ -127,7 +129,7 @@ def plan_pushed(df) -> tuple[bool, list[str]]:
             break
         name = node.getClass().getSimpleName()
         if name == "AdaptiveSparkPlanExec":
-            stack.append(node.executedPlan())
+            stack.append(node.initialPlan())
         elif name.endswith("QueryStageExec") and name != "ResultQueryStageExec":
             other.append(name.replace("QueryStageExec", "Exchange"))
             stack.append(node.plan())

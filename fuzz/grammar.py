@@ -413,7 +413,8 @@ class Gen:
             else:
                 return self.pick([b.sql, f"(NOT {b.sql})", f"({b.sql} = {self.pick(['TRUE', 'FALSE'])})",
                                   f"({b.sql} IS NOT TRUE)"])
-        a = self.expr(scope, None, depth if self.chance(0.35) else 0)
+        fam = self.pick([r.type.family for r in scope]) if scope and self.chance(0.95) else None
+        a = self.expr(scope, fam, depth if self.chance(0.35) else 0)
         fam = a.family
         if k == "null":
             return f"({a.sql} IS {self.pick(['', 'NOT '])}NULL)"
@@ -495,6 +496,11 @@ class Gen:
         fam = self.pick(sorted(fams))
         a = self.expr(scope, fam, 0 if self.chance(0.8) else 1)
         b = self.expr(inner, fam, 0 if self.chance(0.8) else 1)
+        if self.chance(0.15):  # (a, a2) IN (SELECT b, b2 ...)
+            fam2 = self.pick(sorted(fams))
+            a2, b2 = self.expr(scope, fam2, 0), self.expr(inner, fam2, 0)
+            a = E(f"({a.sql}, {a2.sql})", a.type)
+            b = E(f"{b.sql}, {b2.sql}", b.type)
         conds = []
         if self.chance(0.3):
             c = self.correlation(inner, scope)

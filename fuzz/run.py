@@ -75,6 +75,7 @@ class Failure:
     shrunk: str | None = None
     shrunk_outcome: Outcome | None = None
     shrink_runs: int = 0
+    same_as: int | None = None  # index of an earlier query with the same one-sided errors (not shrunk again)
 
 
 @dataclass
@@ -235,6 +236,7 @@ def run(spark, schema: Schema, targets: Targets, seed: int, count: int, start: i
 def _run(spark, schema, targets, seed, count, start, timeout_s, shrink_budget_s, shrink_total_s, progress_every, log,
          on_failure) -> Report:
     shrink_left = float("inf") if shrink_total_s is None else shrink_total_s
+    shrunk_errors: dict[tuple, int] = {}  # signature of a one-sided error -> the query shrunk for it
     report = Report(seed)
     began = time.monotonic()
     for index in range(start, start + count):
@@ -256,6 +258,12 @@ def _run(spark, schema, targets, seed, count, start, timeout_s, shrink_budget_s,
         if out.kind in ("mismatch", "one-sided"):
             failure = Failure(out)
             budget = min(shrink_budget_s, shrink_left)
+            sig = out.signature()
+            if out.kind == "one-sided" and sig in shrunk_errors:
+                failure.same_as = shrunk_errors[sig]  # the same errors as a failure shrunk before
+                budget = 0
+            elif out.kind == "one-sided":
+                shrunk_errors[sig] = index
             log(f"fuzz: seed {seed} query {index}: {out.kind}" + ("; shrinking" if budget > 0 else ""))
             if budget > 0:
                 t0 = time.monotonic()
@@ -288,6 +296,8 @@ def describe(failure: Failure, refs: dict[str, str] | None = None) -> str:
             shown = failure.shrunk_outcome
     elif failure.shrink_runs:
         lines.append(f"  (not shrunk: no smaller variant failed the same way in {failure.shrink_runs} runs)")
+    elif failure.same_as is not None:
+        lines.append(f"  (not shrunk: the same errors as query {failure.same_as})")
     lines.append("  " + outcome_text(shown).replace("\n", "\n  "))
     return "\n".join(lines)
 
