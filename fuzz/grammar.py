@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from fuzz.schema import (
-    BOOL, DATE, DEC, DOUBLE_SPECIALS, DYADIC, FLOAT, FLOAT_SPECIALS, INT, STR, STRINGS, TS, TSNTZ, Column, Schema,
+    BOOL, DATE, DATES, DEC, DOUBLE_SPECIALS, DYADIC, FLOAT, FLOAT_SPECIALS, INT, STR, STRINGS, TS, TSNTZ, Column, Schema,
     SqlType, value,
 )
 
@@ -168,8 +168,6 @@ class Gen:
         raise AssertionError(fam)
 
     def pick_date(self) -> dt.date:
-        from fuzz.schema import DATES
-
         return self.pick(DATES)
 
     def float_literal(self, v: float, typ: str) -> str:

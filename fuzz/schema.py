@@ -16,6 +16,7 @@ non-dyadic values (0.1, 1/3) and the tiny denormals (see compare.py).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import random
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -248,6 +249,12 @@ def value(c: Column, rng: random.Random) -> object:
 
 
 def _decimal(t: SqlType, wide: bool, rng: random.Random) -> object:
+    with decimal.localcontext() as ctx:
+        ctx.prec = 80  # the default 28 digits would round a numeric(38, s) limit up past it
+        return _decimal_value(t, wide, rng)
+
+
+def _decimal_value(t: SqlType, wide: bool, rng: random.Random) -> object:
     p, s = t.precision, t.scale
     limit = Decimal(10) ** (p - s) - Decimal(1).scaleb(-s)  # the largest value: p nines
     r = rng.random()
