@@ -93,8 +93,9 @@ def _edits(node: exp.Expression) -> list[Callable[[exp.Expression], None]]:
     elif isinstance(node, exp.Case):
         out.append(replace_by(lambda n: n.args.get("default")))
         out.append(replace_by(lambda n: n.args["ifs"][0].args.get("true") if n.args.get("ifs") else None))
-    elif isinstance(node, (exp.Cast, exp.TryCast)) and not isinstance(node.this, (exp.Literal, exp.Null)):
-        out.append(replace_by(lambda n: n.this))  # a typed literal stays typed
+    elif isinstance(node, (exp.Cast, exp.TryCast)):
+        if not isinstance(node.this, (exp.Literal, exp.Null)):  # a typed literal stays typed
+            out.append(replace_by(lambda n: n.this))
     elif isinstance(node, exp.Join):
         out.append(lambda n: n.pop())
         if node.args.get("side") or node.args.get("kind"):
