@@ -33,6 +33,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds spent shrinking each failure (default 90; 0: report failures unshrunk); a one-sided "
                         "error like one shrunk before is not shrunk again")
     p.add_argument("--dir", help="folder to work in (default: a new temporary folder)")
+    p.add_argument("--sql", action="append", default=[],
+                   help="run this query (tables named as in the report: t0, t1, ...) three ways over the seed's tables "
+                        "and print the results, instead of random queries (repeatable)")
+    p.add_argument("--explain", action="store_true", help="with --sql: print the replica route's EXPLAIN too")
     return p.parse_args(argv)
 
 
@@ -82,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         def on_failure(f):
             print(describe(f), flush=True)
 
+        if args.sql:
+            return run_given(spark, schema, targets, args)
         report = run(spark, schema, targets, args.seed, args.queries, start=args.start, timeout_s=args.timeout,
                      shrink_budget_s=args.shrink_budget, on_failure=on_failure)
     finally:
@@ -92,6 +98,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {time.monotonic() - started:.0f} s")
     print(report.summary(), flush=True)
     return 1 if report.mismatches or report.one_sided else 0
+
+
+def run_given(spark, schema, targets, args: argparse.Namespace) -> int:
+    """--sql: each query three ways, its outcome printed in full."""
+    import re
+
+    from fuzz.grammar import Query
+    from fuzz.run import evaluate, outcome_text, quiet_query_errors
+    from fuzz.shrink import parse, top_ordered
+
+    names = "|".join(re.escape(t.name) for t in schema.tables)
+    failed = 0
+    with quiet_query_errors():
+        for text in args.sql:
+            template = re.sub(rf"\b({names})\b", r"zz_\1_zz", text)
+            tree = parse(template)
+            q = Query(args.seed, -1, template, tree is not None and top_ordered(tree), "given")
+            out = evaluate(spark, q, targets, args.timeout)
+            failed += out.kind in ("mismatch", "one-sided")
+            print(f"=== {out.kind.upper()}: {text}\n  " + outcome_text(out).replace("\n", "\n  "))
+            if out.kind == "ok" and out.results["replica"].table.rows:
+                print("  rows (replica, first 5): " + "; ".join(map(repr, out.results["replica"].table.rows[:5])))
+            if args.explain:
+                plan = spark.sql("EXPLAIN " + q.text(targets.replica)).collect()[0][0]
+                print("  replica plan:\n    " + plan.replace("\n", "\n    "))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

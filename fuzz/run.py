@@ -264,6 +264,7 @@ def _run(spark, schema, targets, seed, count, start, timeout_s, shrink_budget_s,
                 budget = 0
             elif out.kind == "one-sided":
                 shrunk_errors[sig] = index
+            budget = budget if budget >= 10 else 0  # a few seconds shrink nothing
             log(f"fuzz: seed {seed} query {index}: {out.kind}" + ("; shrinking" if budget > 0 else ""))
             if budget > 0:
                 t0 = time.monotonic()
