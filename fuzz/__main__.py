@@ -20,15 +20,18 @@ import time
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__.split("\n\n")[1],
+    p = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--queries", type=int, default=200, help="queries to run (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of the schema, the data and the queries (default 0)")
     p.add_argument("--start", type=int, default=0, help="index of the first query (default 0; with --queries 1, "
                    "reruns one query of a report)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder (Postgres, workspace, Parquet copy)")
-    p.add_argument("--no-char", action="store_true", help="no char(n) columns (Spark's CHAR semantics in the oracle)")
-    p.add_argument("--timeout", type=float, default=120, help="seconds per query run before it is cancelled (default 120)")
+    p.add_argument("--no-char", action="store_true",
+                   help="generate no char(n) columns (the oracle gives them Spark's CHAR(n) semantics, which the "
+                        "catalog does not yet)")
+    p.add_argument("--timeout", type=float, default=120,
+                   help="seconds per query run before it is cancelled (default 120)")
     p.add_argument("--shrink-budget", type=float, default=90,
                    help="seconds spent shrinking each failure (default 90; 0: report failures unshrunk); a one-sided "
                         "error like one shrunk before is not shrunk again")
@@ -64,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         env.replicate(names)
         changes = source.change(conn, "public", schema, wait=lambda: env.wait_caught_up(names))
         conn.close()
-        log(f"fuzz: replica caught up after {changes} change statements in 3 batches ({time.monotonic() - started:.0f} s)")
+        log(f"fuzz: replica caught up after {changes} change statements in 3 batches "
+            f"({time.monotonic() - started:.0f} s)")
         spark = spark_session("fz", env.config, **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("FATAL")  # failing queries are reported, not logged
         for name, route in (("rep", "replica"), ("src", "source")):

@@ -118,7 +118,8 @@ class Environment:
                 states = {t: store.get_table(SOURCE, "public", t) for t in tables}
             if all(s is not None and ok(s) for s in states.values()):
                 return
-            bad = [f"{t}: {s.state} {s.error}" for t, s in states.items() if s is not None and s.state in ("failed", "unhealthy")]
+            bad = [f"{t}: {s.state} {s.error}" for t, s in states.items()
+                   if s is not None and s.state in ("failed", "unhealthy")]
             if bad or (self.service and self.service.poll() is not None) or time.monotonic() > deadline:
                 tail = (self.config.parent / "serve.log").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"tables not {what}: {bad or states}; service log:\n{tail}")

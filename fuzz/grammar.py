@@ -26,8 +26,23 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from fuzz.schema import (
-    BOOL, DATE, DATES, DEC, DOUBLE_SPECIALS, DYADIC, FLOAT, FLOAT_SPECIALS, INT, STR, STRINGS, TS, TSNTZ, Column, Schema,
-    SqlType, value,
+    BOOL,
+    DATE,
+    DATES,
+    DEC,
+    DOUBLE_SPECIALS,
+    DYADIC,
+    FLOAT,
+    FLOAT_SPECIALS,
+    INT,
+    STR,
+    STRINGS,
+    TS,
+    TSNTZ,
+    Column,
+    Schema,
+    SqlType,
+    value,
 )
 
 TABLE_MARK = re.compile(r"\bzz_(\w+?)_zz\b")
@@ -259,7 +274,8 @@ class Gen:
             fn = self.pick(["year", "month", "dayofmonth", "quarter", "dayofweek"] + (["hour"] if fam2 != DATE else []))
             return E(f"{fn}({self.expr(scope, fam2, depth).sql})", SqlType("int"))
         if k == "datediff":
-            return E(f"datediff({self.expr(scope, DATE, depth).sql}, {self.expr(scope, DATE, depth).sql})", SqlType("int"))
+            d1, d2 = self.expr(scope, DATE, depth), self.expr(scope, DATE, depth)
+            return E(f"datediff({d1.sql}, {d2.sql})", SqlType("int"))
         if k == "cast":
             src = self.pick([DEC, FLOAT, STR])
             a = self.expr(scope, src, depth)
@@ -288,7 +304,8 @@ class Gen:
             return E(f"({a.sql} / {divisor})", DEFAULT[DEC])
         if k == "round":
             a = self.expr(scope, DEC, depth)
-            return E(f"{self.pick(['round', 'round', 'bround'])}({a.sql}, {self.rng.randint(-1, 3)})", DEFAULT[DEC], a.wide)
+            fn, places = self.pick(["round", "round", "bround"]), self.rng.randint(-1, 3)
+            return E(f"{fn}({a.sql}, {places})", DEFAULT[DEC], a.wide)
         if k == "abs":
             a = self.expr(scope, DEC, depth)
             return E(f"abs({a.sql})", a.type, a.wide)
@@ -341,7 +358,8 @@ class Gen:
         if k == "trim":
             return E(f"{self.pick(['trim', 'ltrim', 'rtrim'])}({a.sql})", t)
         if k == "replace":
-            return E(f"replace({a.sql}, {lit_str(self.pick(['a', ' ', 'ß', '%']))}, {lit_str(self.pick(['', 'x', 'SS']))})", t)
+            old, new = lit_str(self.pick(["a", " ", "ß", "%"])), lit_str(self.pick(["", "x", "SS"]))
+            return E(f"replace({a.sql}, {old}, {new})", t)
         if k == "pad":
             return E(f"{self.pick(['lpad', 'rpad'])}({a.sql}, {self.rng.randint(0, 5)}, '*')", t)
         if k == "left":
@@ -357,7 +375,10 @@ class Gen:
         t = SqlType("date")
         if k == "add":
             a = self.expr(scope, DATE, depth)
-            n = self.narrow(scope, INT, depth) if self.chance(0.3) else E(str(self.rng.randint(-400, 400)), SqlType("int"))
+            if self.chance(0.3):
+                n = self.narrow(scope, INT, depth)
+            else:
+                n = E(str(self.rng.randint(-400, 400)), SqlType("int"))
             if n.type.kind not in ("int", "smallint"):  # date_add takes INT; ANSI refuses BIGINT -> INT
                 n = E(f"CAST({n.sql} AS INT)", SqlType("int"))
             return E(f"{self.pick(['date_add', 'date_sub'])}({a.sql}, {n.sql})", t)
@@ -780,7 +801,8 @@ class Gen:
         else:
             t = {INT: SqlType("bigint"), FLOAT: SqlType("double")}.get(src, DEFAULT[DEC])
         if fn == "sum_rows":
-            frame = self.pick(["ROWS BETWEEN 1 PRECEDING AND CURRENT ROW", "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING",
+            frame = self.pick(["ROWS BETWEEN 1 PRECEDING AND CURRENT ROW",
+                               "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING",
                                "ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING"])
             return E(f"sum({a.sql}) OVER ({partition}ORDER BY {total} {frame})", t)
         if self.chance(0.3):

@@ -35,7 +35,8 @@ def _select(c: Column) -> str:
     kind, name = c.type.kind, c.name
     if kind == "decimal":
         return f"NULLIF({name}, 'NaN')"
-    ends = {"date": ("9999-12-31", "0001-01-01"), "timestamp_ntz": ("9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"),
+    ends = {"date": ("9999-12-31", "0001-01-01"),
+            "timestamp_ntz": ("9999-12-31 23:59:59.999999", "0001-01-01 00:00:00"),
             "timestamp": ("9999-12-31 23:59:59.999999+00", "0001-01-01 00:00:00+00")}.get(kind)
     if ends:
         pg = c.type.pg

@@ -125,14 +125,16 @@ class Report:
         g = self.geomean_ratio
         ratio = (f"geomean time ratio replica route / plain Spark over Parquet: {g:.2f} "
                  f"(over {len(self.ratios)} queries that ran on both)") if g else "geomean time ratio: n/a"
-        return (f"{ratio}\nfuzz: {self.queries} queries, {self.mismatches} mismatches, {self.one_sided} one-sided errors, "
+        return (f"{ratio}\nfuzz: {self.queries} queries, {self.mismatches} mismatches, "
+                f"{self.one_sided} one-sided errors, "
                 f"{self.pushed_percent:.0f}% fully pushed")
 
     def details(self) -> str:
         """Statistics worth a glance: outcome kinds, errors all sides raise, what stays in Spark."""
         lines = [f"outcomes: {dict(self.outcomes)}  ({self.seconds:.0f} s)"]
         if self.all_errors:
-            lines.append("errors on all three sides (fine): " + ", ".join(f"{k} x{n}" for k, n in self.all_errors.most_common(6)))
+            lines.append("errors on all three sides (fine): "
+                         + ", ".join(f"{k} x{n}" for k, n in self.all_errors.most_common(6)))
         if self.left_in_spark:
             lines.append("operators left in Spark over the replica route's scans: "
                          + ", ".join(f"{k} x{n}" for k, n in self.left_in_spark.most_common(10)))

@@ -65,7 +65,9 @@ class SqlType:
             "smallint": "SMALLINT", "int": "INT", "bigint": "BIGINT", "double": "DOUBLE", "float": "FLOAT",
             "text": "STRING", "varchar": "STRING", "bool": "BOOLEAN", "date": "DATE", "timestamp": "TIMESTAMP",
             "timestamp_ntz": "TIMESTAMP_NTZ",
-        }.get(self.kind) or {"decimal": f"DECIMAL({self.precision},{self.scale})", "char": f"CHAR({self.length})"}[self.kind]
+        }.get(self.kind) or {
+            "decimal": f"DECIMAL({self.precision},{self.scale})", "char": f"CHAR({self.length})",
+        }[self.kind]
 
     @property
     def arrow(self) -> pa.DataType:
@@ -134,7 +136,8 @@ TIMES = [dt.time(0, 0), dt.time(23, 59, 59, 999999), dt.time(12, 30, 0, 500000),
 DYADIC = [k / 8 for k in range(-40, 41)]
 DOUBLE_SPECIALS = [-0.0, 0.0, float("nan"), float("inf"), float("-inf"), 1e-300, 5e-324, 1e300,
                    1.7976931348623157e308, 0.1, 1 / 3, 2.5e-5]
-FLOAT_SPECIALS = [-0.0, 0.0, float("nan"), float("inf"), float("-inf"), 3.4028234663852886e38, 1.401298464324817e-45, 0.1]
+FLOAT_SPECIALS = [-0.0, 0.0, float("nan"), float("inf"), float("-inf"), 3.4028234663852886e38, 1.401298464324817e-45,
+                  0.1]
 INFINITIES = ["infinity", "-infinity"]  # Postgres' infinite dates and timestamps, as text
 
 
@@ -171,7 +174,8 @@ def generate(seed: int, chars: bool = True, min_rows: int = 20, max_rows: int = 
         cols: list[Column] = []
         nkeys = 1 if rng.random() < 0.7 else 2
         for j in range(nkeys):
-            cols.append(Column("id" if j == 0 else "id2", _key_type(rng) if j else SqlType(rng.choice(["int", "bigint", "int", "text"])), key=True))
+            typ = _key_type(rng) if j else SqlType(rng.choice(["int", "bigint", "int", "text"]))
+            cols.append(Column("id" if j == 0 else "id2", typ, key=True))
         cols.append(Column("k", SqlType("int")))
         for j in range(rng.randint(3, 8)):
             typ = _value_type(rng, chars)

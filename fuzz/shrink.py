@@ -113,7 +113,9 @@ def _edits(node: exp.Expression) -> list[Callable[[exp.Expression], None]]:
     elif isinstance(node, exp.Group):
         for i in range(len(node.expressions)):
             out.append(lambda n, i=i: n.expressions[i].pop())
-    elif isinstance(node, (exp.Func, exp.Binary, exp.Neg)) and not isinstance(node, (exp.Predicate, exp.Window, exp.AggFunc)):
+    elif isinstance(node, (exp.Func, exp.Binary, exp.Neg)) and not isinstance(
+        node, (exp.Predicate, exp.Window, exp.AggFunc)
+    ):
         kids = [k for k in node.iter_expressions() if isinstance(k, exp.Expression) and not isinstance(k, exp.DataType)]
         for i in range(len(kids)):
             out.append(lambda n, i=i: _replace_by_operand(n, i))

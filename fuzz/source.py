@@ -26,7 +26,11 @@ def connect(dsn: str):
 
 def _param(v: object) -> object:
     if isinstance(v, float):
-        return repr(v) if v == v and v not in (float("inf"), float("-inf")) else str(v).replace("inf", "Infinity").replace("nan", "NaN")
+        if v != v:
+            return "NaN"
+        if v in (float("inf"), float("-inf")):
+            return "Infinity" if v > 0 else "-Infinity"
+        return repr(v)
     return v
 
 
