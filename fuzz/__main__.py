@@ -28,8 +28,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "reruns one query of a report)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder (Postgres, workspace, Parquet copy)")
     p.add_argument("--no-char", action="store_true",
-                   help="generate no char(n) columns (the oracle gives them Spark's CHAR(n) semantics, which the "
-                        "catalog does not yet)")
+                   help="declare the char(n) columns varchar(n) (the same rows and queries otherwise): the oracle "
+                        "gives char(n) Spark's CHAR(n) semantics, which the catalog does not yet")
     p.add_argument("--timeout", type=float, default=120,
                    help="seconds per query run before it is cancelled (default 120)")
     p.add_argument("--shrink-budget", type=float, default=90,
