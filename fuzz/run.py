@@ -71,6 +71,8 @@ class Outcome:
 
 @dataclass
 class Failure:
+    """A mismatch or one-sided error, and what shrinking made of it."""
+
     outcome: Outcome
     shrunk: str | None = None
     shrunk_outcome: Outcome | None = None
@@ -80,12 +82,13 @@ class Failure:
 
 @dataclass
 class Report:
+    """What a run found, and the figures of its closing lines."""
+
     seed: int
     queries: int = 0
     outcomes: Counter = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
-    pushed: int = 0
-    pushed_known: int = 0
+    pushed: int = 0  # queries whose replica-route plan is one HtapScan and nothing else
     ratios: list[float] = field(default_factory=list)
     left_in_spark: Counter = field(default_factory=Counter)
     shapes: Counter = field(default_factory=Counter)
@@ -108,18 +111,6 @@ class Report:
     def geomean_ratio(self) -> float | None:
         return math.exp(sum(map(math.log, self.ratios)) / len(self.ratios)) if self.ratios else None
 
-    def merge(self, other: "Report") -> None:
-        self.queries += other.queries
-        self.outcomes += other.outcomes
-        self.failures += other.failures
-        self.pushed += other.pushed
-        self.pushed_known += other.pushed_known
-        self.ratios += other.ratios
-        self.left_in_spark += other.left_in_spark
-        self.shapes += other.shapes
-        self.all_errors += other.all_errors
-        self.seconds += other.seconds
-
     def summary(self) -> str:
         """The closing lines: the time ratio, then the one-line verdict."""
         g = self.geomean_ratio
@@ -130,8 +121,10 @@ class Report:
                 f"{self.pushed_percent:.0f}% fully pushed")
 
     def details(self) -> str:
-        """Statistics worth a glance: outcome kinds, errors all sides raise, what stays in Spark."""
-        lines = [f"outcomes: {dict(self.outcomes)}  ({self.seconds:.0f} s)"]
+        """Statistics worth a glance: outcome kinds, query shapes, errors all sides raise, what stays
+        in Spark."""
+        lines = [f"outcomes: {dict(self.outcomes)}  ({self.seconds:.0f} s)",
+                 "query shapes: " + ", ".join(f"{k} x{n}" for k, n in self.shapes.most_common())]
         if self.all_errors:
             lines.append("errors on all three sides (fine): "
                          + ", ".join(f"{k} x{n}" for k, n in self.all_errors.most_common(6)))
@@ -250,7 +243,6 @@ def _run(spark, schema, targets, seed, count, start, timeout_s, shrink_budget_s,
             report.shapes[s] += 1
         rep = out.results["replica"]
         if rep.pushed is not None:
-            report.pushed_known += 1
             report.pushed += rep.pushed
             report.left_in_spark.update(set(rep.left_in_spark))
         if out.kind == "all-error":
