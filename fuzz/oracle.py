@@ -87,9 +87,13 @@ def build(spark, dsn: str, pg_schema: str, schema: Schema, out_dir: Path, databa
 def type_differences(spark, schema: Schema, htap_refs: dict[str, str], oracle: Oracle) -> list[str]:
     """Columns whose Spark type in the HTAP catalog differs from the oracle's (expected today:
     char(n), exposed as STRING)."""
+    def types(ref: str) -> dict[str, str]:
+        # Spark keeps CHAR(n) / VARCHAR(n) as STRING with the declared type in the field's metadata
+        return {f.name: f.metadata.get("__CHAR_VARCHAR_TYPE_STRING") or f.dataType.simpleString()
+                for f in spark.table(ref).schema.fields}
+
     out = []
     for t in schema.tables:
-        got = {f.name: f.dataType.simpleString() for f in spark.table(htap_refs[t.name]).schema.fields}
-        want = {f.name: f.dataType.simpleString() for f in spark.table(oracle.refs[t.name]).schema.fields}
+        got, want = types(htap_refs[t.name]), types(oracle.refs[t.name])
         out += [f"{t.name}.{c}: catalog {got.get(c)} vs oracle {w}" for c, w in want.items() if got.get(c) != w]
     return out
