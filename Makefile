@@ -50,3 +50,12 @@ SF ?= 1
 .PHONY: bench-tpch
 bench-tpch: install
 	$(BIN)/python -m bench.tpch --sf $(SF) $(BENCH_ARGS)
+
+# The differential SQL fuzzer (fuzz/): random schemas, rows and queries, each query run on the
+# replica route, the source route and plain Spark over a Parquet copy; differences shrunk.
+# `make fuzz FUZZ_QUERIES=2000 FUZZ_SEED=7`; FUZZ_ARGS="--no-char --keep" etc. (python -m fuzz --help).
+FUZZ_QUERIES ?= 200
+FUZZ_SEED ?= 0
+.PHONY: fuzz
+fuzz: install
+	$(BIN)/python -m fuzz --queries $(FUZZ_QUERIES) --seed $(FUZZ_SEED) $(FUZZ_ARGS)
