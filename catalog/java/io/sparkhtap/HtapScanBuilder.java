@@ -367,14 +367,15 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    * table is refused, and so is the SUM and COUNT Spark then splits it into and offers again: a
    * Project dividing complete sums above the scan is a shape the whole-subtree strategy does not
    * take, so Spark keeps its own Aggregate with the AVG above per-partition partial sums and
-   * counts. A joined scan takes that split as complete (Spark divides above it).
+   * counts. A joined scan takes no AVG and not the split Spark then offers either (see
+   * {@link #aggregate}).
    */
   @Override
   public boolean supportCompletePushDown(Aggregation aggregation) {
     if (!oneTask() || averageSplit) return false;
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
-      if (f instanceof Avg && !joined.joined()) {
-        if (exactAverageInput((Avg) f, SQLConf.get().ansiEnabled()) != null) continue;
+      if (f instanceof Avg) {
+        if (!joined.joined() && exactAverageInput((Avg) f, SQLConf.get().ansiEnabled()) != null) continue;
         averageSplit = true;
         return false;
       }
@@ -415,6 +416,13 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   }
 
   private boolean aggregate(Aggregation aggregation) {
+    if (joined.joined() && averageSplit) {
+      // Spark's rewrite of an AVG into SUM and COUNT over a pushed join names the column by its
+      // name before the join's aliases (a self-join's SUM(c) for the second side's c_1): the
+      // rewritten aggregation cannot be trusted. Spark keeps its aggregate (the whole-subtree
+      // strategy may then take it, by expression ids).
+      return false;
+    }
     boolean ansi = SQLConf.get().ansiEnabled();
     boolean complete = supportCompletePushDown(aggregation);
     Aggregated agg = new Aggregated();
