@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install what the tests need on a fresh machine: a JDK (Spark, the catalog shim) and the
+# Install what the tests need on a fresh machine: a JDK (Spark, the catalog shim), the
 # PostgreSQL and MariaDB server packages (the tests start private instances of both; the
-# machine's own servers are neither used nor reconfigured). Idempotent; needs root to install.
+# machine's own servers are neither used nor reconfigured) and the PostgreSQL JDBC driver (Spark's
+# own JDBC source, an oracle of some tests). Idempotent; needs root to install.
 set -euo pipefail
 
 log() { printf '[install] %s\n' "$*"; }
@@ -11,6 +12,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
 { [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } && command -v mariadb-install-db >/dev/null 2>&1 \
   || missing+=(mariadb-server)
 command -v make >/dev/null 2>&1 || missing+=(make)
+# Spark's own JDBC source is an oracle of some tests (CHAR(n) answers) and of bench.tpch.
+[ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   if [ "$(id -u)" != 0 ]; then

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import psycopg2
 import pytest
@@ -19,6 +20,9 @@ from services import SERVICES, pg_dsn
 from workspace import DEADLINE_S, HTAP, Workspace, current_lsn, wait_until  # noqa: F401  (shared with tests)
 
 pytest_plugins = ["mysql_support"]
+
+# The PostgreSQL JDBC driver (Debian: libpostgresql-jdbc-java): Spark's own JDBC source.
+PG_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 # Spark hands TIMESTAMP values to Python as naive local times; pin the local zone to UTC.
 os.environ["TZ"] = "UTC"
@@ -100,8 +104,12 @@ def workspace(tmp_path, pg):
 
 @pytest.fixture(scope="session")
 def spark():
-    # The catalog used by each test is registered at run time (see `catalog` below).
-    session = spark_session("unused", "/nonexistent/htap.toml")
+    # The catalog used by each test is registered at run time (see `catalog` below). Spark's own
+    # JDBC source (the PostgreSQL driver, installed by .ci/install.sh) is an oracle of some tests.
+    from htap.catalog.shim import shim_jar
+
+    jars = [str(shim_jar())] + ([str(PG_JDBC_JAR)] if PG_JDBC_JAR.exists() else [])
+    session = spark_session("unused", "/nonexistent/htap.toml", **{"spark.jars": ",".join(jars)})
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
