@@ -105,7 +105,8 @@ def test_null_semantics_agree_with_spark(workspace, spark, catalog, keys, route)
 
 # EXISTS / IN (subquery) under OR and NOT: Spark plans each as an ExistenceJoin (a boolean
 # column "a match exists") filtered above. Issue 26: these failed the query inside the
-# translator (ExistenceJoin's sql() throws) where Spark alone answers them.
+# translator (ExistenceJoin's sql() throws) where Spark alone answers them; now each is one
+# pushed scan (the existence join an EXISTS in the SELECT), Spark's answer on both routes.
 EXISTENCE_QUERIES = [
     "SELECT id FROM {a} a WHERE EXISTS (SELECT 1 FROM {b} b WHERE b.k = a.k) OR EXISTS (SELECT 1 FROM {c} c WHERE c.k = a.k)",
     "SELECT id, k FROM {a} WHERE k IN (SELECT k FROM {b} WHERE w = 1) OR id > 50",
@@ -126,6 +127,9 @@ def test_existence_joins_under_or_and_not_answer_as_spark(workspace, spark, cata
     names = {t: f"{catalog}.{keys}.{t}" for t in ("a", "b", "c")}
     for text in EXISTENCE_QUERIES:
         q = text.format(**names)
+        physical = _plan(spark, q).split("== Physical Plan ==")[-1]
+        scans = [line for line in physical.splitlines() if "HtapScan" in line]
+        assert len(scans) == 1 and "whole subtree pushed" in scans[0] and "Join" not in physical, (q, physical)
         got = _run(spark, q, False, on=True)
         assert got == _run(spark, q, False, on=False), q
 
