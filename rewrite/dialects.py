@@ -51,6 +51,36 @@ DIVIDE_BY_ZERO = "__HTAP_DIVIDE_BY_ZERO"
 _DIVIDE_BY_ZERO_MESSAGE = "[DIVIDE_BY_ZERO] Division by zero (spark-htap, as Spark's ANSI mode)"
 
 
+# A SUM of decimals of more than 28 digits (htap.rewrite.render): Spark adds in unbounded
+# BigDecimal and checks only the final value against its type; DuckDB adds unscaled values in a
+# 128-bit integer, which a running sum of values near the bound leaves on its way (with signs that
+# cancel, the final value fits). The replica adds the values below 10^24 unscaled as usual (fewer
+# than 10^14 rows cannot leave 128 bits) and the rare larger ones exactly: their integer parts in
+# two halves below 10^19 (as 128-bit integers), their fractions apart; the parts put together
+# overflow exactly where Spark's final value does. Sources add NUMERIC (Postgres) or DECIMAL(65)
+# (MySQL): a plain SUM.
+WIDE_SUM = "__HTAP_WIDE_SUM"
+
+
+def _wide_sum(value: exp.Expression, scale: int) -> exp.Expression:
+    threshold = exp.Literal.number(10 ** max(0, 24 - scale))
+    small = exp.Case().when(exp.LT(this=exp.Abs(this=value.copy()), expression=threshold), value.copy())
+    big = exp.Case().when(exp.GTE(this=exp.Abs(this=value.copy()), expression=threshold.copy()), value.copy())
+    whole = exp.Cast(this=exp.func("trunc", big), to=exp.DataType.build("HUGEINT"))
+    unit = exp.Cast(this=exp.Literal.number(10**19), to=exp.DataType.build("HUGEINT"))
+    high = exp.IntDiv(this=whole, expression=unit)
+    low = exp.Sub(this=whole.copy(), expression=exp.Mul(this=exp.paren(high.copy(), copy=False), expression=unit.copy()))
+    integer = exp.Add(this=exp.Mul(this=exp.Sum(this=high), expression=unit.copy()), expression=exp.Sum(this=low))
+    large = exp.Cast(this=exp.paren(integer, copy=False), to=exp.DataType.build("DECIMAL(38, 0)"))
+    if scale:
+        fraction = exp.Sub(this=big.copy(), expression=exp.func("trunc", big.copy()))
+        large = exp.Add(this=large, expression=exp.Sum(this=fraction))
+    usual = exp.Sum(this=small)
+    # NULL only when no value is (both parts NULL), as SUM
+    return exp.Coalesce(this=exp.Add(this=usual, expression=exp.paren(large, copy=False)),
+                        expressions=[usual.copy(), large.copy()])
+
+
 class ReplicaDuckDB(DuckDB):
     """DuckDB, with `x IS NOT NULL` written as such (see the module's docstring)."""
 
@@ -58,6 +88,9 @@ class ReplicaDuckDB(DuckDB):
         def anonymous_sql(self, expression: exp.Anonymous) -> str:
             if expression.name == DIVIDE_BY_ZERO:
                 return self.func("error", exp.Literal.string(_DIVIDE_BY_ZERO_MESSAGE))
+            if expression.name == WIDE_SUM:
+                value, scale = expression.expressions
+                return self.sql(exp.paren(_wide_sum(value, int(scale.name)), copy=False))
             return super().anonymous_sql(expression)
 
         def lt_sql(self, expression: exp.LT) -> str:
@@ -188,6 +221,9 @@ def for_source(query: exp.Expression, dialect: str) -> exp.Expression:
     for join in query.find_all(exp.Join):
         if join.side == "FULL":
             _check_full_join(join, dialect)
+    if any(n.name == WIDE_SUM for n in query.find_all(exp.Anonymous)):
+        query = query.transform(lambda n: exp.Sum(this=n.expressions[0].copy())
+                                if isinstance(n, exp.Anonymous) and n.name == WIDE_SUM else n)
     transform = _TRANSFORMS.get(dialect)
     if transform is None:
         return query

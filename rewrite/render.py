@@ -51,6 +51,7 @@ _AGGREGATES = {"count": exp.Count, "sum": exp.Sum, "min": exp.Min, "max": exp.Ma
 _WINDOW_FUNCTIONS = {"row_number": exp.RowNumber, "rank": exp.Rank, "dense_rank": exp.DenseRank}
 _OUTER_JOINS = {"left": "left", "right": "right", "full": "full"}  # the joins that stay derived tables
 ROW = "__row"  # the constant a SELECT of no column selects (no dialect selects nothing)
+WIDE_DECIMAL = 28  # a SUM of decimals of more digits may pass 128 bits on its way (dialects.WIDE_SUM)
 
 
 def column(name: str, table: str | None = None) -> exp.Column:
@@ -621,7 +622,7 @@ class _Renderer:
             return exp.Cast(this=node, to=sql_type(e.type))  # Spark's result type
         return node
 
-    def aggregate_call(self, e: Expr) -> exp.Expression:
+    def aggregate_call(self, e: Expr, in_window: bool = False) -> exp.Expression:
         """The aggregate function itself (Spark's semantics): MIN / MAX of booleans as BOOL_AND /
         BOOL_OR (false < true; Postgres has no MIN of a boolean), a SUM of FLOATs in DOUBLE (as
         Spark sums them; Postgres would in REAL)."""
@@ -630,6 +631,9 @@ class _Renderer:
         arg = self.expr(e.args[0])
         if e.name == "sum" and e.args[0].type == "float":
             arg = exp.Cast(this=arg, to=sql_type("double"))
+        wide = decimal_type(e.args[0].type) if e.name == "sum" and not e.distinct and not in_window else None
+        if wide and wide[0] > WIDE_DECIMAL:  # see dialects.WIDE_SUM
+            return exp.Anonymous(this=dialects.WIDE_SUM, expressions=[arg, exp.Literal.number(wide[1])])
         if e.name in ("min", "max") and e.type == "boolean" and not e.distinct:
             return (exp.LogicalAnd if e.name == "min" else exp.LogicalOr)(this=arg)
         if e.distinct:
@@ -646,7 +650,7 @@ class _Renderer:
     def window(self, e: Expr) -> exp.Expression:
         fn = e.args[0]
         if fn.form == "agg":  # the aggregate itself over the window, cast to Spark's type after
-            call = self.aggregate_call(fn)
+            call = self.aggregate_call(fn, in_window=True)
             frame = e.frame
         elif fn.name in _WINDOW_FUNCTIONS:
             call, frame = _WINDOW_FUNCTIONS[fn.name](), None
