@@ -22,8 +22,11 @@ from htap.connectors.changes import ChangeSource
 from htap.connectors.tables import SourceTable
 from htap.errors import AccessError, HtapError, SourceError
 from htap.rewrite import dialects, render
-from htap.rewrite.pushed import PushedPlan
+from htap.rewrite.pushed import PushedPlan, Scan
 
+
+# The column of `QueryableSource.render_rows` that says which scan a row is of.
+SCAN_TAG = "__scan"
 
 # Why a read could not import its query's exported snapshot (htap.pushdown.source_snapshot).
 SNAPSHOT_GONE = (
@@ -98,6 +101,29 @@ class QueryableSource(ABC):
         relations = [render.scan_select(scan, self.relation(t)) for t, scan in zip(tables, plan.scans)]
         return dialects.for_source(render.render_plan(plan, relations), self.dialect).sql(self.dialect)
 
+    def render_rows(self, tables: list[SourceTable], scans: list[Scan]) -> str:
+        """The rows of several scans as one statement (one snapshot) of this source, for a plan
+        computed outside it: a branch per scan, UNION ALL, each `SELECT k, ...` with scan k's
+        columns (its filter applied) in its own slots and every other scan's slots NULL — slot
+        `c<j>` numbered across the scans in order. See `htap.pushdown.source_reader`."""
+        if len(tables) != len(scans):
+            raise SourceError(f"{len(scans)} scans of the source rendered over {len(tables)} tables")
+        width = sum(len(s.columns) for s in scans)
+        branches, first = [], 0
+        for k, (t, scan) in enumerate(zip(tables, scans)):
+            rows = render.scan_select(scan, self.relation(t)).subquery(f"s{k}", copy=False)
+            slots: list[exp.Expression] = [exp.Null() for _ in range(width)]
+            for j, c in enumerate(scan.columns):
+                slots[first + j] = render.column(c, table=f"s{k}")
+            first += len(scan.columns)
+            outputs = [exp.Literal.number(k).as_(SCAN_TAG, quoted=True)]
+            outputs += [v.as_(f"c{j}", quoted=True) for j, v in enumerate(slots)]
+            branches.append(exp.select(*outputs).from_(rows, copy=False))
+        query = branches[0]
+        for b in branches[1:]:
+            query = exp.union(query, b, distinct=False, copy=False)
+        return dialects.for_source(query, self.dialect).sql(self.dialect)
+
     def read(
         self, tables: list[SourceTable], plan: PushedPlan, output: pa.Schema, snapshot: str | None = None, **agree
     ) -> Iterator[pa.RecordBatch]:
@@ -166,6 +192,9 @@ class ThroughOrigin(QueryableSource):
 
     def render(self, tables, plan) -> str:
         return self.inner.render([self.source_table(t) for t in tables], plan)
+
+    def render_rows(self, tables, scans) -> str:
+        return self.inner.render_rows([self.source_table(t) for t in tables], scans)
 
     def read_query(self, query, output, snapshot, what, **agree):
         return self.inner.read_query(query, output, snapshot, what, **agree)

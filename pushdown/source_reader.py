@@ -3,21 +3,35 @@
 The plan is rendered by htap.rewrite.render in the source's dialect — the same filters, columns,
 joins and aggregates the replica reader would run — and the result streams back as Arrow. Which
 database answers, and how, is the source's business (htap.connectors.registry.open_queryable).
+
+A plan with floating point arithmetic is the exception: a source raises where that arithmetic
+leaves DOUBLE's range and Spark gives ±Infinity or 0 (htap.rewrite.dialects), so the source
+returns the plan's scans' rows and DuckDB computes the plan over them, as on the replica.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
+import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
+from htap import engine
 from htap.conf import SourceConfig
+from htap.connectors.queryable import SCAN_TAG, QueryableSource
 from htap.connectors.registry import open_queryable
-from htap.errors import SourceError
+from htap.errors import InternalQueryError, SourceError
+from htap.pushdown import partials
 from htap.replica.models import TableInfo
-from htap.rewrite.pushed import Expr, Literal, PushedPlan
+from htap.rewrite import render
+from htap.rewrite.dialects import REPLICA, computes_floats, plan_computes_floats
+from htap.rewrite.pushed import Expr, Literal, PushedPlan, Scan
+
+_BATCH_ROWS = 64 * 1024
 
 
 # A snapshot name that each reading connection opens for itself, at or after the exported
@@ -99,9 +113,64 @@ def read_source(
     """The plan (`tables[k]`: scan k's table) as one query of the source: one statement, one
     snapshot; other scans of the query may still read the source separately, hence `agreement`."""
     queryable = open_queryable(source)
-    if agreement is not None and reads_own_snapshot(snapshot):
-        return queryable.read(tables, plan, output, snapshot, agree=agreement)
-    return queryable.read(tables, plan, output, snapshot)
+    agree = {"agree": agreement} if agreement is not None and reads_own_snapshot(snapshot) else {}
+    if plan_computes_floats(plan):
+        return _computed_here(queryable, tables, plan, output, snapshot, agree)
+    return queryable.read(tables, plan, output, snapshot, **agree)
+
+
+def _computed_here(
+    queryable: QueryableSource, tables: list[TableInfo], plan: PushedPlan, output: pa.Schema, snapshot: str | None,
+    agree: dict,
+) -> Iterator[pa.RecordBatch]:
+    """The plan computed by DuckDB over its scans' rows, which the source returns in one
+    statement (QueryableSource.render_rows: one snapshot, as the plan's own query would have
+    been). The source still applies each scan's conjuncts without floating point arithmetic;
+    DuckDB applies the others and computes everything above the scans, as the replica does."""
+    here: list[tuple[Expr, ...]] = []
+    there: list[Scan] = []
+    for scan in plan.scans:
+        local = tuple(c for c in scan.filter if computes_floats(c))
+        needed = sorted(set().union(*(c.columns() for c in local)) - set(scan.columns))
+        there.append(Scan(scan.table, tuple(scan.columns) + tuple(needed),
+                          tuple(c for c in scan.filter if not computes_floats(c))))
+        here.append(local)
+    fields = [t.arrow_schema.field(c) for t, s in zip(tables, there) for c in s.columns]
+    schema = pa.schema([pa.field(SCAN_TAG, pa.int32())] + [pa.field(f"c{j}", f.type) for j, f in enumerate(fields)])
+    what = " JOIN ".join(dict.fromkeys(t.qualified_name for t in tables))
+    failed: list[BaseException] = []  # the source's own error, which DuckDB would only quote
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from queryable.read_query(queryable.render_rows(tables, there), schema, snapshot, what=what, **agree)
+        except BaseException as e:
+            failed.append(e)
+            raise
+
+    rows = pa.RecordBatchReader.from_batches(schema, batches())
+    con = engine.cursor(exact_floats=True)
+    try:
+        # a stream is read once: a plan of several scans reads the rows once per scan
+        con.register("__source_rows", rows.read_all() if len(plan.scans) > 1 else rows)
+        relations, first = [], 0
+        for k, (scan, read) in enumerate(zip(plan.scans, there)):
+            outputs = [exp.column(f"c{first + j}", quoted=True).as_(c, quoted=True) for j, c in enumerate(read.columns)]
+            first += len(read.columns)
+            rows_k = (exp.select(*(outputs or [exp.Literal.number(1).as_(render.ROW, quoted=True)]))
+                      .from_("__source_rows").where(exp.column(SCAN_TAG, quoted=True).eq(k)))
+            relations.append(render.scan_select(dataclasses.replace(scan, filter=here[k]), rows_k.subquery(f"r{k}")))
+        sql = render.render_plan(plan, relations).sql(REPLICA)
+        for batch in con.sql(sql).to_arrow_reader(_BATCH_ROWS):
+            yield from partials.fit(batch, plan, output)
+    except (duckdb.Error, pa.ArrowException) as e:
+        if failed:
+            raise failed[0] from None
+        raise InternalQueryError(
+            f"computing a failed-over plan of {what} over the source's rows failed (a spark-htap bug; please report"
+            f" it with this line): {str(e).splitlines()[0]}"
+        ) from e
+    finally:
+        con.close()
 
 
 def check_access(source: SourceConfig, user: str, table: TableInfo, columns: list[str]) -> str | None:

@@ -19,6 +19,13 @@ a fifth of a table's rows, while `x IS NOT NULL` on a column is a table filter i
 Spark puts `isnotnull(k)` on every join key, so each table of a pushed join looked a fifth of its
 size, and DuckDB ordered TPC-H Q8's joins badly (1.7x slower than the same query with IS NOT NULL).
 
+Floating point arithmetic (`computes_floats`): Postgres raises where a DOUBLE +, -, *, / or SUM
+leaves DOUBLE's range (`value out of range: overflow`, and `underflow` for a nonzero product or
+quotient that rounds to 0), MySQL/MariaDB where it overflows; Spark (IEEE) gives ±Infinity and 0.
+No rewrite of the source's SQL gives IEEE's answer exactly (a double converts to NUMERIC with 15
+digits, not its exact value), so a plan with such arithmetic is computed by DuckDB over the
+source's rows instead (htap.pushdown.source_reader), as the replica computes it.
+
 Integer arithmetic of exact decimal division (htap.rewrite.render `divide`, INT128 for DuckDB):
 - Postgres: INT128 is NUMERIC (exact, unbounded); its DIV truncates toward zero, as `//` does.
 - MySQL/MariaDB: INT128 is DECIMAL(65, 0); `a DIV b` converts to BIGINT, so the integer
@@ -33,7 +40,7 @@ import os
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 
-from htap.rewrite.pushed import PlanError
+from htap.rewrite.pushed import Expr, PlanError, PushedPlan
 
 
 # Test switch, never set in use: `1` makes every `<` the replica's SQL holds a `<=`, a wrong
@@ -191,6 +198,25 @@ def _divide_by_zero(query: exp.Expression, dialect: str) -> exp.Expression:
         return node
 
     return query.transform(spell)
+
+
+_FLOAT_ARITHMETIC = ("+", "-", "*", "/")
+
+
+def computes_floats(e: Expr) -> bool:
+    """Whether `e` (at any depth, not inside a subquery) adds, subtracts, multiplies, divides or
+    sums DOUBLEs (or FLOATs): what a source may refuse where Spark gives ±Infinity or 0 (see the module)."""
+    if (e.form == "op" and e.name in _FLOAT_ARITHMETIC or e.form == "agg" and e.name == "sum") and e.type in ("double", "float"):
+        return True
+    return any(computes_floats(a) for a in (*e.args, *e.partition_by, *(k.expr for k in e.order_by)))
+
+
+def plan_computes_floats(plan: PushedPlan) -> bool:
+    """Whether any expression of the plan, its scans' filters and its subqueries included,
+    `computes_floats`."""
+    if any(computes_floats(c) for scan in plan.scans for c in scan.filter):
+        return True
+    return any(computes_floats(e) for node in plan.root.walk() for e in node.expressions())
 
 
 def _check_full_join(join: exp.Join, dialect: str) -> None:
