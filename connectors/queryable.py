@@ -105,20 +105,32 @@ class QueryableSource(ABC):
         """The rows of several scans as one statement (one snapshot) of this source, for a plan
         computed outside it: a branch per scan, UNION ALL, each `SELECT k, ...` with scan k's
         columns (its filter applied) in its own slots and every other scan's slots NULL — slot
-        `c<j>` numbered across the scans in order. See `htap.pushdown.source_reader`."""
+        `c<j>` numbered across the scans in order. See `htap.pushdown.source_reader`.
+
+        The NULLs are typed: each is the column of an empty read of its scan's table joined to
+        the branch (`LEFT JOIN (... LIMIT 0) ON TRUE`). A bare NULL is not: Postgres types a
+        UNION's columns pair by pair, and a slot NULL in two branches becomes text, which the
+        third branch's integer then cannot match."""
         if len(tables) != len(scans):
             raise SourceError(f"{len(scans)} scans of the source rendered over {len(tables)} tables")
+        starts = [sum(len(s.columns) for s in scans[:k]) for k in range(len(scans))]
         width = sum(len(s.columns) for s in scans)
-        branches, first = [], 0
-        for k, (t, scan) in enumerate(zip(tables, scans)):
-            rows = render.scan_select(scan, self.relation(t)).subquery(f"s{k}", copy=False)
+        relations = [self.relation(t) for t in tables]
+        branches = []
+        for k, scan in enumerate(scans):
+            rows = render.scan_select(scan, relations[k].copy()).subquery(f"s{k}", copy=False)
             slots: list[exp.Expression] = [exp.Null() for _ in range(width)]
-            for j, c in enumerate(scan.columns):
-                slots[first + j] = render.column(c, table=f"s{k}")
-            first += len(scan.columns)
+            query = exp.select().from_(rows, copy=False)
+            for i, other in enumerate(scans):
+                alias = f"s{k}" if i == k else f"n{i}"
+                if i != k and other.columns:
+                    empty = render.scan_select(dataclasses.replace(other, filter=()), relations[i].copy()).limit(0)
+                    query = query.join(empty.subquery(alias, copy=False), on=exp.true(), join_type="left", copy=False)
+                for j, c in enumerate(other.columns):
+                    slots[starts[i] + j] = render.column(c, table=alias)
             outputs = [exp.Literal.number(k).as_(SCAN_TAG, quoted=True)]
             outputs += [v.as_(f"c{j}", quoted=True) for j, v in enumerate(slots)]
-            branches.append(exp.select(*outputs).from_(rows, copy=False))
+            branches.append(query.select(*outputs, copy=False))
         query = branches[0]
         for b in branches[1:]:
             query = exp.union(query, b, distinct=False, copy=False)

@@ -32,6 +32,10 @@ QUERIES = [
     ("SELECT x.g, sum(x.a * y.b), max(x.c / y.b), count(*) FROM {t} x JOIN {t} y ON x.id = y.id + 1 GROUP BY x.g",
      True, False),
     ("SELECT x.id, x.a * y.b, x.c / y.b FROM {t} x JOIN {t} y ON x.id = y.id + 1", False, False),
+    # Three scans of different columns (one statement, a UNION ALL whose slots each only one
+    # branch fills: typed NULLs, or Postgres cannot match text with integer; CI's fuzzer seed 113).
+    ("SELECT x.g, sum(x.a * y.b), count(z.id), max(z.g) FROM {t} x JOIN {t} y ON x.id = y.id + 1"
+     " JOIN {t} z ON z.id = y.g GROUP BY x.g", True, True),
 ]
 
 

@@ -2,10 +2,11 @@
 partitions in one task when one task per partition buys no parallelism (local mode: always), so
 what it returns is final and Spark plans no exchange, final aggregate or sort of its own. An AVG
 of a decimal(p, s) with 11 < p <= 28 is computed whole by the reader, Spark's exact value (TPC-H
-Q1's shape); any other AVG is finished by Spark from partial sums and counts, per partition as
-before. `spark.htap.splitTableScans=true` keeps one task per partition (as on a cluster with more
-task slots than one task's cores). The answers are Spark's own over a plain copy either way, on
-the replica and on failover."""
+Q1's shape); any other AVG is split by Spark into partial sums and counts the scan computes and a
+final division above them, which the whole-subtree strategy takes into the same one task where it
+translates them. `spark.htap.splitTableScans=true` keeps one task per partition (as on a cluster
+with more task slots than one task's cores). The answers are Spark's own over a plain copy either
+way, on the replica and on failover."""
 
 from __future__ import annotations
 
@@ -22,12 +23,16 @@ from conftest import complete_aggregate, normalized, pushed_plans, spark_confs, 
 SPLIT = "spark.htap.splitTableScans"
 
 # (query, ordered, aggregate): ordered queries are compared row by row (unique ORDER BY keys);
-# aggregate: "complete" in one task, "partial" (an AVG Spark finishes), or None (no aggregate).
+# aggregate: "complete" in one task, "partial" (an AVG Spark finishes), "subtree" (an AVG Spark
+# finishes inside a pushed subtree), or None (no aggregate).
 QUERIES = [
     ("SELECT grp, count(*), sum(price), min(d), max(disc), count(DISTINCT disc) FROM {t} GROUP BY grp", False, "complete"),
     ("SELECT count(*), sum(price * (1 - disc)) FROM {t} WHERE d >= date '2024-02-01'", False, "complete"),
     ("SELECT count(*), sum(price) FROM {t} WHERE id < 0", False, "complete"),  # no row: a global aggregate's one row
     ("SELECT count(*), max(price) FROM {t} WHERE id BETWEEN 10 AND 40", False, "complete"),  # key filter prunes partitions
+    # Spark offers a data source any COUNT(constant) as COUNT(*) (CountOfConstant keeps these exact).
+    ("SELECT grp, count(DISTINCT 5), count(NULL), count(DISTINCT NULL), count(7) FROM {t} GROUP BY grp", False, "complete"),
+    ("SELECT count(DISTINCT 'x'), count(*) FROM {t} WHERE id < 0", False, "complete"),
     ("SELECT id, price FROM {t} ORDER BY price DESC, id LIMIT 7", True, None),
     ("SELECT grp, sum(price) AS s FROM {t} GROUP BY grp ORDER BY s DESC LIMIT 2", True, "complete"),
     ("SELECT d FROM {t} ORDER BY disc, id LIMIT 5", True, None),  # a sort key that is not an output
@@ -38,8 +43,10 @@ QUERIES = [
      " GROUP BY grp ORDER BY grp", True, "complete"),
     ("SELECT grp, avg(price) AS a FROM {t} GROUP BY grp ORDER BY a DESC LIMIT 2", True, "complete"),
     # AVG of an integer (a DOUBLE sum) and of a decimal(4,2) (p <= 11: Spark's DecimalAggregates
-    # averages it in DOUBLE): Spark's own AVG over partial sums and counts.
-    ("SELECT grp, avg(id), count(*) FROM {t} GROUP BY grp", False, "partial"),
+    # averages it in DOUBLE): Spark's own AVG over partial sums and counts. Of the integer, a
+    # "subtree": Spark's final AVG and the scan in one pushed subtree, one task (unless split);
+    # the decimal's UnscaledValue is not translated, so Spark finishes it.
+    ("SELECT grp, avg(id), count(*) FROM {t} GROUP BY grp", False, "subtree"),
     ("SELECT grp, avg(disc), sum(price) FROM {t} GROUP BY grp", False, "partial"),
 ]
 
@@ -80,7 +87,11 @@ def test_a_tables_aggregate_and_top_n_run_in_one_task_and_are_final(workspace, s
                 for text, ordered, aggregate in QUERIES:
                     q = text.format(t=t)
                     plan = spark.sql("EXPLAIN " + q).collect()[0][0]
-                    if mode == "auto" and aggregate != "partial":
+                    if mode == "auto" and aggregate == "subtree":
+                        # Spark's final AVG over the scan's partial sums and counts: one subtree.
+                        assert "whole subtree pushed" in plan and "HashAggregate" not in plan, plan
+                        assert pushed_plans(plan)[0].one_task, plan
+                    elif mode == "auto" and aggregate != "partial":
                         assert "one task" in plan and "Exchange" not in plan and "TakeOrdered" not in plan, plan
                         assert pushed_plans(plan)[0].one_task, plan
                         if aggregate:
@@ -88,10 +99,10 @@ def test_a_tables_aggregate_and_top_n_run_in_one_task_and_are_final(workspace, s
                     else:
                         (scan,) = pushed_plans(plan)
                         assert not scan.one_task and not complete_aggregate(scan), plan
-                        assert aggregate != "partial" or top_aggregate(scan).partial, plan
+                        assert aggregate not in ("partial", "subtree") or top_aggregate(scan).partial, plan
                         if aggregate:  # Spark aggregates (COUNT(DISTINCT) is not pushed as partial)
                             assert "HashAggregate" in plan, plan
-                        if aggregate == "partial":
+                        if aggregate in ("partial", "subtree"):
                             assert "partial aggregate" in plan, plan
                     got = _rows(spark, q, ordered)
                     with ws.store() as store:

@@ -2,6 +2,8 @@ package io.sparkhtap;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.execution.SparkStrategy;
 
 import scala.Function1;
@@ -10,7 +12,8 @@ import scala.runtime.BoxedUnit;
 
 /**
  * {@code spark.sql.extensions = io.sparkhtap.HtapExtensions}: adds the one-snapshot-per-query
- * strategy, then whole-subtree pushdown (HtapSubtreeStrategy).
+ * strategy, then whole-subtree pushdown (HtapSubtreeStrategy), and one optimizer rule that keeps a
+ * COUNT of a constant exact under scan pushdown (CountOfConstant).
  */
 public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
@@ -27,6 +30,13 @@ public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, Bo
       @Override
       public SparkStrategy apply(SparkSession session) {
         return new HtapSubtreeStrategy();
+      }
+    });
+    // Before the scan pushdown rules: COUNT(DISTINCT constant) and COUNT(NULL) kept exact.
+    extensions.injectOptimizerRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+      @Override
+      public Rule<LogicalPlan> apply(SparkSession session) {
+        return new CountOfConstant();
       }
     });
     return BoxedUnit.UNIT;

@@ -364,26 +364,31 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
    * rewriteAggregate), and a single table's AVG is taken whole when the reader can give Spark's
    * exact value: over a decimal(p, s) with 11 < p <= 28 ({@link #exactAverageInput}), rendered as
    * Spark's Average evaluates it (htap.rewrite.render {@code divide}). Any other AVG of a single
-   * table is refused, and so is the SUM and COUNT Spark then splits it into and offers again: a
-   * Project dividing complete sums above the scan is a shape the whole-subtree strategy does not
-   * take, so Spark keeps its own Aggregate with the AVG above per-partition partial sums and
-   * counts. A joined scan takes no AVG and not the split Spark then offers either (see
-   * {@link #aggregate}).
+   * table is refused, and so is the SUM and COUNT Spark then splits it into and offers again:
+   * Spark keeps its own Aggregate with the AVG above per-partition partial sums and counts (which
+   * the whole-subtree strategy takes into one task when one task loses no parallelism). A joined
+   * scan takes no AVG and not the split Spark then offers either (see {@link #aggregate}), also
+   * when it is refused for being split.
    */
   @Override
   public boolean supportCompletePushDown(Aggregation aggregation) {
-    if (!oneTask() || averageSplit) return false;
+    if (averageSplit) return false;
+    boolean complete = oneTask();
+    boolean average = false;
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
       if (f instanceof Avg) {
-        if (!joined.joined() && exactAverageInput((Avg) f, SQLConf.get().ansiEnabled()) != null) continue;
-        averageSplit = true;
-        return false;
+        average = true;
+        if (joined.joined() || exactAverageInput((Avg) f, SQLConf.get().ansiEnabled()) == null) complete = false;
+        continue;
       }
       boolean ok = f instanceof CountStar || f instanceof Count || f instanceof Min || f instanceof Max
           || (f instanceof Sum && !((Sum) f).isDistinct());
-      if (!ok) return false;
+      if (!ok) complete = false;
     }
-    return true;
+    // Refused with an AVG in it, for any reason (several tasks too): Spark asks again with the
+    // AVG split into SUM and COUNT, which a joined scan must recognize and refuse.
+    if (!complete && average) averageSplit = true;
+    return complete;
   }
 
   /**
