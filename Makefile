@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup install demo test test-unit lint bench clean
+.PHONY: setup install demo test test-unit lint bench clean docs docs-figure
 
 # A virtualenv with the dependencies; rebuilt when pyproject.toml changes.
 $(BIN)/.deps: pyproject.toml
@@ -40,9 +40,18 @@ test: lint
 test-unit: install
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
+# The docs site (mkdocs.yml, docs/) into site/; its reference and benchmark pages are generated from
+# the code and bench/results/ on every build. `.venv/bin/mkdocs serve` serves it with live reload.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The README's figure (docs/img/tpch-sf1.png), from bench/results/tpch-sf1.json; committed.
+docs-figure: install
+	$(BIN)/python docs/generate.py --readme-figure
+
 clean:
 	@if [ -d .htap-demo/pg ] && [ -x $(BIN)/htap ]; then $(BIN)/htap demo --stop; fi
-	rm -rf $(VENV) build *.egg-info .htap-demo
+	rm -rf $(VENV) build *.egg-info .htap-demo site
 
 # TPC-H through Spark: spark-htap replica vs Spark JDBC vs static Parquet (README "Benchmarks").
 # `make bench-tpch SF=0.1` for a quick run; BENCH_ARGS="--queries 1,6" etc. (python -m bench.tpch --help).
