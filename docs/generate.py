@@ -274,7 +274,7 @@ def tpch_ratio_figure(result: dict) -> bytes:
     ax.set_ylabel("time ratio (log; < 1: replica faster)")
     ax.set_title(f"TPC-H SF {result['sf']:g} through Spark: the replica's time relative to other ways (best of {result['repeats']})",
                  fontsize=10)
-    ax.legend(fontsize=8, ncols=3, loc="upper left")
+    ax.legend(fontsize=8, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
     ax.grid(axis="y", which="both", alpha=0.3)
     return _png(fig)
 
@@ -291,7 +291,7 @@ def tpch_seconds_figure(result: dict) -> bytes:
     ax.set_yscale("log")
     ax.set_xticks(range(len(qs)), [f"Q{q['query']}" for q in qs], fontsize=8)
     ax.set_ylabel("seconds (log)")
-    ax.legend(fontsize=7, ncols=3, loc="upper left")
+    ax.legend(fontsize=7, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
     ax.grid(axis="y", which="both", alpha=0.3)
     return _png(fig)
 
