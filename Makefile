@@ -1,5 +1,5 @@
 # One command each: `make demo` (set up + end-to-end demo), `make test` (set up + all tests).
-# `make test-unit` runs the unit tier only (no services, seconds); `make lint` the import layers.
+# `make test-unit` runs the unit tier only (no services, under a minute); `make lint` the import layers.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,11 +15,20 @@ $(BIN)/.deps: pyproject.toml
 
 setup: $(BIN)/.deps
 
-# spark-htap is installed as a regular (not editable) package: Spark discovers the `htap` data
-# source by scanning site-packages for `pyspark_*` modules, which editable installs hide.
-install: setup
-	@rm -rf build  # setuptools reuses build/lib, which would ship deleted modules
-	@$(BIN)/pip install -q --no-deps --force-reinstall . > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+# spark-htap is installed editable in setuptools' strict mode: a tree of links to the source files
+# (build/__editable__.*) on the path through a .pth file, so an edit is what the tests, Spark's
+# Python workers and `htap` run at once, with no reinstall. (The default editable mode's import
+# hook would hide the `pyspark_htap` module from the scan Spark uses to find data sources.) A new
+# or removed file changes the file list below and relinks the tree on the next make.
+PACKAGE_FILES := $(shell git ls-files -co --exclude-standard -- pyproject.toml pyspark_htap.py core app catalog rewrite pushdown connectors replica ingest verify conf 2>/dev/null | md5sum | cut -c1-12)
+INSTALLED := $(VENV)/.installed-$(PACKAGE_FILES)
+$(INSTALLED): $(BIN)/.deps
+	@rm -rf build $(VENV)/.installed-*
+	@$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=strict > $(VENV)/install.log 2>&1 \
+		|| (cat $(VENV)/install.log; exit 1)
+	@touch $@
+
+install: $(INSTALLED)
 
 demo: install
 	$(BIN)/htap demo
