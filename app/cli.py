@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -34,6 +36,22 @@ def _config(args):
     return load_config(args.config)
 
 
+def htap_command() -> str:
+    """How to run `htap` from the current shell: `htap` when PATH finds this installation's
+    script, else that script's path (e.g. `.venv/bin/htap` after `make setup`, whose virtualenv
+    is not activated)."""
+    script = Path(sys.executable).parent / "htap"
+    if not script.is_file():
+        return "htap"
+    found = shutil.which("htap")
+    if found and Path(found).resolve() == script.resolve():
+        return "htap"
+    try:
+        return os.path.relpath(script) if not os.path.relpath(script).startswith("..") else str(script)
+    except ValueError:  # another drive (Windows)
+        return str(script)
+
+
 def cmd_init(args) -> int:
     path = resolve_config_path(args.config)
     if path.exists() and not args.force:
@@ -46,7 +64,8 @@ def cmd_init(args) -> int:
     open_warehouse(cfg).create()
     MetadataStore(cfg.metadata, create=True).close()
     print(f"wrote {path}; metadata store {cfg.metadata}")
-    print(f"next: htap --config {path} tables add <schema.table>, then htap --config {path} serve")
+    htap = htap_command()
+    print(f"next: {htap} --config {path} tables add <schema.table>, then {htap} --config {path} serve")
     return 0
 
 
@@ -250,13 +269,14 @@ def cmd_status(args) -> int:
 def cmd_spark_conf(args) -> int:
     from htap.catalog.shim import spark_conf  # compiles the Java shim
 
-    cfg_path = resolve_config_path(args.config)
-    conf = spark_conf(args.catalog, cfg_path, args.source)
+    cfg = _config(args)  # a missing or broken file is an error here, not in the first Spark query
+    catalog = args.catalog or cfg.source(args.source).name
+    conf = spark_conf(catalog, cfg.path, args.source)
     print("# Spark settings for spark-htap (spark-submit / pyspark flags):")
     for key, value in conf.items():
         print(f"--conf {key}={value}")
     print(f"# executors must run a Python with spark-htap installed: export PYSPARK_PYTHON={conf['spark.pyspark.python']}")
-    print(f"# then: SELECT ... FROM {args.catalog}.<schema>.<table>")
+    print(f"# then: SELECT ... FROM {catalog}.<schema>.<table>")
     return 0
 
 
@@ -324,13 +344,20 @@ def cmd_verify_replay(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="htap",
-        description="spark-htap: CDC-fed columnar replicas of Postgres tables, read by ordinary Spark SQL.",
+        description="spark-htap: CDC-fed columnar replicas of Postgres and MySQL/MariaDB tables (directly or through"
+        " Debezium events), read by ordinary Spark SQL. Start with `htap init`, then `htap tables add` and `htap serve`.",
     )
     p.add_argument("--config", help="config file (default: $HTAP_CONFIG or ./htap.toml)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("init", help="write a config, create the metadata store, check the source")
+    s = sub.add_parser(
+        "init",
+        help="write a config, create the metadata store, check the source",
+        description="Checks that the source is reachable and set up for CDC, writes a config file naming it"
+        " (--config, else $HTAP_CONFIG, else ./htap.toml), and creates the warehouse folder and the metadata store."
+        " Next: `htap tables add <schema.table>`, then `htap serve`.",
+    )
     s.add_argument(
         "--dsn",
         required=True,
@@ -387,15 +414,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="replace what the metadata store already has of the source(s)")
     s.set_defaults(func=cmd_recover)
 
-    s = sub.add_parser("serve", help="run the ingest service (copy, then stream changes) until stopped")
+    s = sub.add_parser(
+        "serve",
+        help="run the ingest service (copy, then stream changes) until stopped",
+        description="Runs the ingest service in the foreground until SIGTERM or Ctrl-C: copies each new HTAP table,"
+        " then streams the sources' changes into the replica, compacts its deltas and keeps the safe positions"
+        " Spark reads at. One `htap serve` per config; `htap status` shows whether it runs.",
+    )
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("status", help="per source: position, lag, failed tables, retained log; per table: state, rows, partitions, deltas, max safe seq, delay, errors")
+    s = sub.add_parser(
+        "status",
+        help="whether `htap serve` runs; per source: position, lag, failed tables, retained log; per table: state,"
+        " rows, partitions, deltas, max safe seq, delay, errors",
+        description="Reads the metadata store (no service needed): whether `htap serve` runs, then per source its"
+        " position, lag, failed and unhealthy tables and the log the source retains for it, and per table its state,"
+        " rows, partitions, deltas, max safe position, delay and last error.",
+    )
     s.add_argument("--json", action="store_true", help='machine-readable output: {"sources": [...], "tables": [...]}')
     s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("spark-conf", help="print the Spark settings that expose HTAP tables as a catalog")
-    s.add_argument("--catalog", default="htap", help="Spark catalog name (default: htap)")
+    s = sub.add_parser("spark-conf", help="print the Spark settings that expose HTAP tables as a catalog",
+                       description="Prints the --conf flags of spark-submit / pyspark that read the HTAP tables of"
+                       " a source of the config as <catalog>.<schema>.<table>. The config file must exist.")
+    s.add_argument("--catalog", help="Spark catalog name (default: the source's name, as `htap demo` uses it)")
     s.add_argument("--source", help="source name (default: the only one)")
     s.set_defaults(func=cmd_spark_conf)
 

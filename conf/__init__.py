@@ -355,11 +355,13 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     for name, sraw in raw.get("sources", {}).items():
         if not isinstance(sraw, dict):
             raise ConfigError(f"{path}: [sources.{name}] must be a table")
-        _check_keys(sraw, set(SOURCE_KEYS), path, f"sources.{name}.")
         kind = sraw.get("kind", "postgres")
         if kind not in CONFIG_CLASSES:
             raise ConfigError(f"{path}: sources.{name}.kind = {kind!r} is not supported; use one of {SOURCE_KINDS}")
         config_class = CONFIG_CLASSES[kind]
+        # An unknown key is suggested and listed against this kind's keys only (a Postgres source's
+        # typo is not answered with MySQL and Kafka settings).
+        _check_keys({k: v for k, v in sraw.items() if k not in SOURCE_KEYS}, set(config_class.KEYS), path, f"sources.{name}.")
         for key in sraw:
             if key not in config_class.KEYS:
                 raise ConfigError(

@@ -86,15 +86,32 @@ def test_missing_config(tmp_path):
 
 
 def test_no_jdk(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    from htap.conf import render_config
+
+    (tmp_path / "htap.toml").write_text(render_config("main", "host=127.0.0.1 dbname=test", "warehouse"))
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "HTAP_CONFIG")}
     env.update(PATH=str(tmp_path), HTAP_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([*HTAP, "--config", str(tmp_path / "h.toml"), "spark-conf"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    r = subprocess.run([*HTAP, "--config", str(tmp_path / "htap.toml"), "spark-conf"], capture_output=True, text=True, env=env, cwd=tmp_path)
     msg = one_line_error(r)
     assert "no Java compiler (javac) found" in msg and "openjdk-17-jdk-headless" in msg
 
     env["JAVA_HOME"] = str(tmp_path)
     msg = one_line_error(subprocess.run([*HTAP, "spark-conf"], capture_output=True, text=True, env=env, cwd=tmp_path))
     assert f"JAVA_HOME={tmp_path} has no bin/javac" in msg
+
+
+def test_spark_conf_without_a_config_file_is_an_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HTAP_CONFIG"}
+    msg = one_line_error(subprocess.run([*HTAP, "spark-conf"], capture_output=True, text=True, env=env, cwd=tmp_path))
+    assert f"no config file at {tmp_path.resolve() / 'htap.toml'}" in msg and "run `htap init`" in msg
+
+
+def test_spark_conf_names_the_catalog_after_the_source(workspace):
+    out = workspace.htap("spark-conf").stdout
+    assert f"--conf spark.sql.catalog.{workspace.source}=io.sparkhtap.HtapCatalog" in out
+    assert f"--conf spark.sql.catalog.{workspace.source}.config={workspace.config.resolve()}" in out
+    out = workspace.htap("spark-conf", "--catalog", "lake").stdout
+    assert "--conf spark.sql.catalog.lake=io.sparkhtap.HtapCatalog" in out and "FROM lake.<schema>.<table>" in out
 
 
 def test_spark_unknown_table_and_unknown_catalog_option(workspace, spark, catalog):
