@@ -125,3 +125,48 @@ def test_spark_unknown_table_and_unknown_catalog_option(workspace, spark, catalo
     spark.conf.set(f"spark.sql.catalog.{bad}.confg", str(workspace.config))
     with pytest.raises(Exception, match=rf"Unknown option spark.sql.catalog.{bad}.confg"):
         spark.sql(f"SELECT * FROM {bad}.{workspace.schema}.t").collect()
+
+
+def test_spark_names_a_source_table_that_is_not_an_htap_table_and_how_to_add_it(workspace, spark, catalog):
+    workspace.sql(f"CREATE TABLE {workspace.schema}.plain (id int PRIMARY KEY)")
+    with pytest.raises(Exception) as info:
+        spark.sql(f"SELECT * FROM {catalog}.{workspace.schema}.plain")
+    msg = str(info.value)
+    assert f"{workspace.schema}.plain is a table of source {workspace.source} but not an HTAP table" in msg
+    assert f"tables add {workspace.schema}.plain" in msg and "TABLE_OR_VIEW_NOT_FOUND" not in msg
+
+
+def _bad_catalog(spark, name: str, **options: str) -> str:
+    spark.conf.set(f"spark.sql.catalog.{name}", "io.sparkhtap.HtapCatalog")
+    for key, value in options.items():
+        spark.conf.set(f"spark.sql.catalog.{name}.{key}", value)
+    return name
+
+
+def test_spark_checks_catalog_options_when_the_catalog_starts(workspace, spark):
+    # Analysis (spark.sql without an action) initializes the catalog: the error comes there, and names
+    # the option, its value and the values it takes, not a failed read plan at execution.
+    bad = _bad_catalog(spark, f"r_{workspace.source}", config=str(workspace.config), route="replicaa")
+    with pytest.raises(Exception) as info:
+        spark.sql(f"SELECT * FROM {bad}.{workspace.schema}.t")
+    msg = str(info.value)
+    assert f"spark.sql.catalog.{bad}.route = 'replicaa' is not a route: use one of auto, replica, source" in msg
+    assert "could not plan" not in msg
+
+    bad = _bad_catalog(spark, f"s_{workspace.source}", config=str(workspace.config), source="nope")
+    with pytest.raises(Exception, match=rf"spark.sql.catalog.{bad}.source: .*no source named 'nope'"):
+        spark.sql(f"SELECT * FROM {bad}.{workspace.schema}.t")
+
+    bad = _bad_catalog(spark, f"q_{workspace.source}", config=str(workspace.config), as_of_seq="yesterday")
+    with pytest.raises(Exception, match=rf"spark.sql.catalog.{bad}.as_of_seq = 'yesterday': give a seq"):
+        spark.sql(f"SELECT * FROM {bad}.{workspace.schema}.t")
+
+
+def test_spark_names_its_own_option_for_a_missing_config_file(workspace, spark, tmp_path):
+    missing = tmp_path / "gone.toml"
+    bad = _bad_catalog(spark, f"m_{workspace.source}", config=str(missing))
+    with pytest.raises(Exception) as info:
+        spark.sql(f"SELECT * FROM {bad}.{workspace.schema}.t")
+    msg = str(info.value)
+    assert f"no config file at {missing}" in msg and f"spark.sql.catalog.{bad}.config" in msg
+    assert f"htap --config {missing} init" in msg and "HTAP_CONFIG" not in msg
