@@ -100,24 +100,53 @@ def _table_name(text: str) -> tuple[str, str]:
 
 
 def cmd_tables_add(args) -> int:
+    """Add the named tables, or every table of `--schema` that is not one yet: each is described
+    and checked (a line each), then those that can be are added in one metadata transaction.
+    A table that cannot be added is an `error:` line; the exit status is 2 when there was one."""
     cfg = _config(args)
     source = cfg.source(args.source)
-    schema, name = _table_name(args.table)
+    if not args.table and not args.schema:
+        raise ConfigError("name the tables to add (<schema>.<table> ...) or a whole schema (--schema <schema>)")
+    if args.column_type and len(args.table) + bool(args.schema) != 1:
+        raise ConfigError("--column-type applies to one table: add that table on its own")
     src = open_source(source)
-    columns, key = src.describe_table(schema, name)
-    columns = apply_overrides(columns, parse_overrides(args.column_type), args.table)
-    try:
-        arrow = src.replica_schema(columns)  # every column's fate, decided now
-    except TableError as e:
-        raise TableError(f"cannot add {schema}.{name}: {e}") from e
     store = MetadataStore(cfg.metadata)
     try:
-        store.add_table(source.name, schema, name, columns, key, encode_schema(arrow))
+        wanted = [_table_name(t) for t in args.table]
+        present = {t.qualified_name for t in store.list_tables(source.name)}
+        if args.schema:
+            names = src.list_tables(args.schema)
+            if not names:
+                raise TableError(f"schema {args.schema} of source {source.name} has no tables; check the name")
+            fresh = [(args.schema, n) for n in names if f"{args.schema}.{n}" not in present]
+            print(f"schema {args.schema}: {len(names)} table(s), {len(names) - len(fresh)} already HTAP tables")
+            wanted += [t for t in fresh if t not in wanted]
+        ready, failed = [], 0
+        for schema, name in wanted:
+            try:
+                if f"{schema}.{name}" in present:
+                    raise TableError(f"{schema}.{name} is already an HTAP table of source {source.name!r}")
+                columns, key = src.describe_table(schema, name)
+                columns = apply_overrides(columns, parse_overrides(args.column_type), f"{schema}.{name}")
+                try:
+                    arrow = src.replica_schema(columns)  # every column's fate, decided now
+                except TableError as e:
+                    raise TableError(f"cannot add {schema}.{name}: {e}") from e
+            except TableError as e:
+                failed += 1
+                print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+                continue
+            chosen = "".join(f"; {c.name} as {c.override}" for c in columns if c.override)
+            ready.append((schema, name, columns, key, arrow, chosen))
+        with store.transaction():  # one metadata round for all of them
+            for schema, name, columns, key, arrow, chosen in ready:
+                store.add_table(source.name, schema, name, columns, key, encode_schema(arrow))
+                print(f"added {schema}.{name} (key: {', '.join(key)}{chosen})")
     finally:
         store.close()
-    chosen = "".join(f"; {c.name} as {c.override}" for c in columns if c.override)
-    print(f"added {schema}.{name} (key: {', '.join(key)}{chosen}); `htap serve` copies it and keeps it fresh")
-    return 0
+    if ready:
+        print(f"{len(ready)} table(s) added; `htap serve` copies them and keeps them fresh")
+    return 2 if failed else 0
 
 
 def cmd_tables_recopy(args) -> int:
@@ -371,8 +400,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_init)
 
     t = sub.add_parser("tables", help="manage HTAP tables").add_subparsers(dest="tables_command", required=True, metavar="ACTION")
-    a = t.add_parser("add", help="mark a source table as an HTAP table (copied by `htap serve`)")
-    a.add_argument("table", help="<schema>.<table>")
+    a = t.add_parser(
+        "add",
+        help="mark source tables as HTAP tables (copied by `htap serve`)",
+        description="Checks each named table (or every table of --schema that is not an HTAP table yet) in the"
+        " source, then adds those that can be replicated in one metadata transaction, a line each. A table that"
+        " cannot be added (missing, no primary key, a type without a replica type) is an `error:` line and the"
+        " exit status is 2; the others are still added.",
+    )
+    a.add_argument("table", nargs="*", help="<schema>.<table> (several may be given)")
+    a.add_argument("--schema", help="add every table of this source schema that is not an HTAP table yet")
     a.add_argument("--source", help="source name (default: the only one)")
     column_type_help = (f"give a column another replica type than its source type's own (repeatable): {OVERRIDE_TYPES};"
                         " for source types no replica type holds exactly (e.g. numeric without a precision)")

@@ -170,3 +170,31 @@ def test_spark_names_its_own_option_for_a_missing_config_file(workspace, spark, 
     msg = str(info.value)
     assert f"no config file at {missing}" in msg and f"spark.sql.catalog.{bad}.config" in msg
     assert f"htap --config {missing} init" in msg and "HTAP_CONFIG" not in msg
+
+
+def test_tables_add_takes_several_tables_and_a_whole_schema(workspace):
+    ws, s = workspace, workspace.schema
+    for t in ("a", "c"):
+        ws.sql(f"CREATE TABLE {s}.{t} (id int PRIMARY KEY, v text)")
+    ws.sql(f"CREATE TABLE {s}.b (v text)")  # no primary key
+    r = ws.htap("tables", "add", f"{s}.a", f"{s}.c")
+    assert f"added {s}.a (key: id)" in r.stdout and f"added {s}.c (key: id)" in r.stdout and r.stderr == ""
+
+    # The schema: the tables not added yet, each on its own line; one that cannot be added is an
+    # error line (and exit status 2) while the others are still added.
+    ws.sql(f"CREATE TABLE {s}.d (k bigint PRIMARY KEY)")
+    r = ws.htap("tables", "add", "--schema", s, check=False)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("error: ") and f"{s}.b has no primary key" in line
+    assert f"schema {s}: 4 table(s), 2 already HTAP tables" in r.stdout and f"added {s}.d (key: k)" in r.stdout
+    with ws.store() as store:
+        assert {t.qualified_name for t in store.list_tables(ws.source)} == {f"{s}.a", f"{s}.c", f"{s}.d"}
+
+    # Named tables: an HTAP table already, or a missing one, is an error; the rest are added.
+    ws.sql(f"CREATE TABLE {s}.e (id int PRIMARY KEY)")
+    r = ws.htap("tables", "add", f"{s}.a", f"{s}.e", f"{s}.nope", check=False)
+    assert r.returncode == 2 and f"added {s}.e" in r.stdout
+    assert f"{s}.a is already an HTAP table" in r.stderr and f"{s}.nope does not exist in the source" in r.stderr
+    msg = one_line_error(ws.htap("tables", "add", "--schema", "no_such_schema", check=False))
+    assert "schema no_such_schema of source" in msg and "has no tables" in msg
