@@ -19,7 +19,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from htap.app.status import source_statuses, table_statuses
+from htap.app.status import SERVED_STATES, service_status, source_statuses, table_statuses
 from htap.catalog.properties import set_property
 from htap.conf import SOURCE_KINDS, load_config, parse_config, remove_source, render_config, resolve_config_path
 from htap.connectors.registry import open_source
@@ -273,11 +273,21 @@ def cmd_serve(args) -> int:
 
 def cmd_status(args) -> int:
     cfg = _config(args)
+    service = service_status(cfg)
     statuses = table_statuses(cfg)
     sources = source_statuses(cfg)
     if args.json:
-        print(json.dumps({"sources": [s.to_dict() for s in sources], "tables": [s.to_dict() for s in statuses]}, indent=2))
+        print(json.dumps({"service": service.to_dict(), "sources": [s.to_dict() for s in sources],
+                          "tables": [s.to_dict() for s in statuses]}, indent=2))
         return 0
+    if service.running:
+        print("service: running (" + ", ".join(f"{s['id']}, heartbeat {time.time() - s['beat_at']:.0f} s ago"
+                                              for s in service.services) + ")")
+    else:
+        last = ("no service has run" if service.last_beat_s is None
+                else f"last heartbeat {service.last_beat_s:.0f} s ago, from {service.last_service}")
+        print(f"service: NOT running ({last}): no table is copied or kept fresh until"
+              f" `{htap_command()} --config {cfg.path} serve` runs; their state is shown as `stopped`")
     for src in sources:
         lag = "-" if src.lag_s is None else f"{src.lag_s:.1f} s"
         print(f"source {src.source} ({src.kind}): position {src.position_text or '-'}, lag {lag}, "
@@ -289,7 +299,8 @@ def cmd_status(args) -> int:
         rows = "-" if s.rows is None else str(s.rows)
         delay = "-" if s.delay_s is None else f"{s.delay_s:.1f}"
         route = "failover on" if s.failover else (s.last_route or "-").split(":")[0]
-        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.partitions:>5} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
+        state = "stopped" if not service.running and s.state in SERVED_STATES else s.state
+        print(f"{s.source + '.' + s.table:<32} {state:<12} {rows:>10} {s.partitions:>5} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
         if s.error:
             print(f"    error: {s.error}")
     return 0
