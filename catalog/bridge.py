@@ -44,7 +44,7 @@ EXIT_NO_SUCH_TABLE = 3  # keep in sync with Bridge.java
 EXIT_BUG = 1  # an unexpected exception (a traceback in the answer's error)
 
 
-class _UsageError(Exception):
+class _UsageError(ConfigError):
     """A malformed call (argparse's complaint): EXIT_ERROR, without ending a serving process."""
 
 

@@ -43,7 +43,7 @@ DAMAGE_MARKER = "HTAP_DAMAGED_REPLICA"
 ERROR_MARKER = "HTAP_ERROR"
 
 
-class PlanningError(Exception):
+class PlanningError(HtapError):
     """An HtapError raised while planning a scan, as one marked line for the Java shim."""
 
     def __init__(self, error: HtapError):

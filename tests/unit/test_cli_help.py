@@ -48,3 +48,23 @@ def test_the_installed_package_has_the_java_sources_and_the_replay_samples():
     import htap.verify
 
     assert (Path(htap.verify.__file__).parent / "samples" / "tpch_queries.sql").is_file()
+
+
+def test_every_exception_class_of_ours_is_an_htap_error():
+    """One root (STYLE: one exception root): every Exception subclass defined in an htap module."""
+    import importlib
+    import pkgutil
+
+    import htap
+    from htap.errors import HtapError
+
+    found = []
+    for info in pkgutil.walk_packages(htap.__path__, "htap."):
+        if info.name.startswith(("htap.catalog.java", "htap.verify.samples")):
+            continue
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == info.name:
+                found.append(value)
+    assert len(found) > 20
+    assert [c.__qualname__ for c in found if not issubclass(c, HtapError)] == []
