@@ -41,6 +41,7 @@ from htap.replica.warehouse import open_warehouse
 
 EXIT_ERROR = 2
 EXIT_NO_SUCH_TABLE = 3  # keep in sync with Bridge.java
+EXIT_PERMISSION_DENIED = 4  # plan-read: the source refused the reader's role (SecurityException)
 EXIT_BUG = 1  # an unexpected exception (a traceback in the answer's error)
 
 
@@ -241,7 +242,7 @@ def plan_read(args: argparse.Namespace) -> int:
     never appear in an answer."""
     import base64
 
-    from htap.pushdown.datasource import PlanningError
+    from htap.pushdown.datasource import ERROR_MARKER, PlanningError
     from htap.pushdown.read_planning import plan_read as plan
 
     try:
@@ -249,8 +250,11 @@ def plan_read(args: argparse.Namespace) -> int:
     except NoSuchTableError as e:
         print(str(e), file=sys.stderr)
         return EXIT_NO_SUCH_TABLE
-    except (PlanningError, PermissionError, HtapError) as e:
+    except PermissionError as e:  # its text keeps the marker: Spark users match on it
         print(" ".join(str(e).split()), file=sys.stderr)
+        return EXIT_PERMISSION_DENIED
+    except (PlanningError, HtapError) as e:  # the exit code says what it is: the message without a marker
+        print(" ".join(str(e).split()).removeprefix(f"{ERROR_MARKER}: "), file=sys.stderr)
         return EXIT_ERROR
     b64 = base64.b64encode
     print(json.dumps({"func": b64(planned.func).decode(), "partitions": [b64(x).decode() for x in planned.partitions]}))

@@ -198,3 +198,17 @@ def test_tables_add_takes_several_tables_and_a_whole_schema(workspace):
     assert f"{s}.a is already an HTAP table" in r.stderr and f"{s}.nope does not exist in the source" in r.stderr
     msg = one_line_error(ws.htap("tables", "add", "--schema", "no_such_schema", check=False))
     assert "schema no_such_schema of source" in msg and "has no tables" in msg
+
+
+def test_a_read_that_cannot_be_planned_is_one_typed_line(workspace, spark):
+    # The bridge plans the read; its exit code types the error (IllegalArgumentException here), the
+    # message is ours alone: no marker, no "could not plan" wrapper, no Python traceback.
+    workspace.sql(f"CREATE TABLE {workspace.schema}.waiting (id int PRIMARY KEY)")
+    workspace.htap("tables", "add", f"{workspace.schema}.waiting")  # never copied: no service runs
+    cat = _bad_catalog(spark, f"w_{workspace.source}", config=str(workspace.config), route="replica")
+    from pyspark.errors import IllegalArgumentException
+
+    with pytest.raises(IllegalArgumentException) as info:
+        spark.sql(f"SELECT * FROM {cat}.{workspace.schema}.waiting").collect()
+    assert str(info.value) == (f"{workspace.schema}.waiting: the catalog requires the replica (route=replica),"
+                               " but the replica is pending")
