@@ -143,5 +143,5 @@ def run_demo(dsn: str | None) -> int:
         print(f"[demo] `htap` is not on your PATH: run it as {cmd}, or activate its virtualenv first"
               f" (`source {Path(cmd).parent / 'activate'}`).")
     if localpg.running(DEMO_DIR / "pg"):
-        print(f"[demo] the private Postgres in {DEMO_DIR / 'pg'} keeps running; `htap demo --stop` or `make clean` stops it.")
+        print(f"[demo] the private Postgres in {DEMO_DIR / 'pg'} keeps running; `{cmd} demo --stop` or `make clean` stops it.")
     return 0
