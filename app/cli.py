@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -17,7 +19,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from htap.app.status import source_statuses, table_statuses
+from htap.app.status import SERVED_STATES, service_status, source_statuses, table_statuses
 from htap.catalog.properties import set_property
 from htap.conf import SOURCE_KINDS, load_config, parse_config, remove_source, render_config, resolve_config_path
 from htap.connectors.registry import open_source
@@ -34,6 +36,22 @@ def _config(args):
     return load_config(args.config)
 
 
+def htap_command() -> str:
+    """How to run `htap` from the current shell: `htap` when PATH finds this installation's
+    script, else that script's path (e.g. `.venv/bin/htap` after `make setup`, whose virtualenv
+    is not activated)."""
+    script = Path(sys.executable).parent / "htap"
+    if not script.is_file():
+        return "htap"
+    found = shutil.which("htap")
+    if found and Path(found).resolve() == script.resolve():
+        return "htap"
+    try:
+        return os.path.relpath(script) if not os.path.relpath(script).startswith("..") else str(script)
+    except ValueError:  # another drive (Windows)
+        return str(script)
+
+
 def cmd_init(args) -> int:
     path = resolve_config_path(args.config)
     if path.exists() and not args.force:
@@ -46,7 +64,8 @@ def cmd_init(args) -> int:
     open_warehouse(cfg).create()
     MetadataStore(cfg.metadata, create=True).close()
     print(f"wrote {path}; metadata store {cfg.metadata}")
-    print(f"next: htap --config {path} tables add <schema.table>, then htap --config {path} serve")
+    htap = htap_command()
+    print(f"next: {htap} --config {path} tables add <schema.table>, then {htap} --config {path} serve")
     return 0
 
 
@@ -81,24 +100,53 @@ def _table_name(text: str) -> tuple[str, str]:
 
 
 def cmd_tables_add(args) -> int:
+    """Add the named tables, or every table of `--schema` that is not one yet: each is described
+    and checked (a line each), then those that can be are added in one metadata transaction.
+    A table that cannot be added is an `error:` line; the exit status is 2 when there was one."""
     cfg = _config(args)
     source = cfg.source(args.source)
-    schema, name = _table_name(args.table)
+    if not args.table and not args.schema:
+        raise ConfigError("name the tables to add (<schema>.<table> ...) or a whole schema (--schema <schema>)")
+    if args.column_type and len(args.table) + bool(args.schema) != 1:
+        raise ConfigError("--column-type applies to one table: add that table on its own")
     src = open_source(source)
-    columns, key = src.describe_table(schema, name)
-    columns = apply_overrides(columns, parse_overrides(args.column_type), args.table)
-    try:
-        arrow = src.replica_schema(columns)  # every column's fate, decided now
-    except TableError as e:
-        raise TableError(f"cannot add {schema}.{name}: {e}") from e
     store = MetadataStore(cfg.metadata)
     try:
-        store.add_table(source.name, schema, name, columns, key, encode_schema(arrow))
+        wanted = [_table_name(t) for t in args.table]
+        present = {t.qualified_name for t in store.list_tables(source.name)}
+        if args.schema:
+            names = src.list_tables(args.schema)
+            if not names:
+                raise TableError(f"schema {args.schema} of source {source.name} has no tables; check the name")
+            fresh = [(args.schema, n) for n in names if f"{args.schema}.{n}" not in present]
+            print(f"schema {args.schema}: {len(names)} table(s), {len(names) - len(fresh)} already HTAP tables")
+            wanted += [t for t in fresh if t not in wanted]
+        ready, failed = [], 0
+        for schema, name in wanted:
+            try:
+                if f"{schema}.{name}" in present:
+                    raise TableError(f"{schema}.{name} is already an HTAP table of source {source.name!r}")
+                columns, key = src.describe_table(schema, name)
+                columns = apply_overrides(columns, parse_overrides(args.column_type), f"{schema}.{name}")
+                try:
+                    arrow = src.replica_schema(columns)  # every column's fate, decided now
+                except TableError as e:
+                    raise TableError(f"cannot add {schema}.{name}: {e}") from e
+            except TableError as e:
+                failed += 1
+                print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+                continue
+            chosen = "".join(f"; {c.name} as {c.override}" for c in columns if c.override)
+            ready.append((schema, name, columns, key, arrow, chosen))
+        with store.transaction():  # one metadata round for all of them
+            for schema, name, columns, key, arrow, chosen in ready:
+                store.add_table(source.name, schema, name, columns, key, encode_schema(arrow))
+                print(f"added {schema}.{name} (key: {', '.join(key)}{chosen})")
     finally:
         store.close()
-    chosen = "".join(f"; {c.name} as {c.override}" for c in columns if c.override)
-    print(f"added {schema}.{name} (key: {', '.join(key)}{chosen}); `htap serve` copies it and keeps it fresh")
-    return 0
+    if ready:
+        print(f"{len(ready)} table(s) added; `htap serve` copies them and keeps them fresh")
+    return 2 if failed else 0
 
 
 def cmd_tables_recopy(args) -> int:
@@ -225,11 +273,21 @@ def cmd_serve(args) -> int:
 
 def cmd_status(args) -> int:
     cfg = _config(args)
+    service = service_status(cfg)
     statuses = table_statuses(cfg)
     sources = source_statuses(cfg)
     if args.json:
-        print(json.dumps({"sources": [s.to_dict() for s in sources], "tables": [s.to_dict() for s in statuses]}, indent=2))
+        print(json.dumps({"service": service.to_dict(), "sources": [s.to_dict() for s in sources],
+                          "tables": [s.to_dict() for s in statuses]}, indent=2))
         return 0
+    if service.running:
+        print("service: running (" + ", ".join(f"{s['id']}, heartbeat {time.time() - s['beat_at']:.0f} s ago"
+                                              for s in service.services) + ")")
+    else:
+        last = ("no service has run" if service.last_beat_s is None
+                else f"last heartbeat {service.last_beat_s:.0f} s ago, from {service.last_service}")
+        print(f"service: NOT running ({last}): no table is copied or kept fresh until"
+              f" `{htap_command()} --config {cfg.path} serve` runs; their state is shown as `stopped`")
     for src in sources:
         lag = "-" if src.lag_s is None else f"{src.lag_s:.1f} s"
         print(f"source {src.source} ({src.kind}): position {src.position_text or '-'}, lag {lag}, "
@@ -241,7 +299,8 @@ def cmd_status(args) -> int:
         rows = "-" if s.rows is None else str(s.rows)
         delay = "-" if s.delay_s is None else f"{s.delay_s:.1f}"
         route = "failover on" if s.failover else (s.last_route or "-").split(":")[0]
-        print(f"{s.source + '.' + s.table:<32} {s.state:<12} {rows:>10} {s.partitions:>5} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
+        state = "stopped" if not service.running and s.state in SERVED_STATES else s.state
+        print(f"{s.source + '.' + s.table:<32} {state:<12} {rows:>10} {s.partitions:>5} {s.deltas:>6} {s.max_safe_position or '-':>22} {delay:>8}  {route}")
         if s.error:
             print(f"    error: {s.error}")
     return 0
@@ -250,13 +309,14 @@ def cmd_status(args) -> int:
 def cmd_spark_conf(args) -> int:
     from htap.catalog.shim import spark_conf  # compiles the Java shim
 
-    cfg_path = resolve_config_path(args.config)
-    conf = spark_conf(args.catalog, cfg_path, args.source)
+    cfg = _config(args)  # a missing or broken file is an error here, not in the first Spark query
+    catalog = args.catalog or cfg.source(args.source).name
+    conf = spark_conf(catalog, cfg.path, args.source)
     print("# Spark settings for spark-htap (spark-submit / pyspark flags):")
     for key, value in conf.items():
         print(f"--conf {key}={value}")
     print(f"# executors must run a Python with spark-htap installed: export PYSPARK_PYTHON={conf['spark.pyspark.python']}")
-    print(f"# then: SELECT ... FROM {args.catalog}.<schema>.<table>")
+    print(f"# then: SELECT ... FROM {catalog}.<schema>.<table>")
     return 0
 
 
@@ -324,13 +384,20 @@ def cmd_verify_replay(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="htap",
-        description="spark-htap: CDC-fed columnar replicas of Postgres tables, read by ordinary Spark SQL.",
+        description="spark-htap: CDC-fed columnar replicas of Postgres and MySQL/MariaDB tables (directly or through"
+        " Debezium events), read by ordinary Spark SQL. Start with `htap init`, then `htap tables add` and `htap serve`.",
     )
     p.add_argument("--config", help="config file (default: $HTAP_CONFIG or ./htap.toml)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("init", help="write a config, create the metadata store, check the source")
+    s = sub.add_parser(
+        "init",
+        help="write a config, create the metadata store, check the source",
+        description="Checks that the source is reachable and set up for CDC, writes a config file naming it"
+        " (--config, else $HTAP_CONFIG, else ./htap.toml), and creates the warehouse folder and the metadata store."
+        " Next: `htap tables add <schema.table>`, then `htap serve`.",
+    )
     s.add_argument(
         "--dsn",
         required=True,
@@ -344,8 +411,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_init)
 
     t = sub.add_parser("tables", help="manage HTAP tables").add_subparsers(dest="tables_command", required=True, metavar="ACTION")
-    a = t.add_parser("add", help="mark a source table as an HTAP table (copied by `htap serve`)")
-    a.add_argument("table", help="<schema>.<table>")
+    a = t.add_parser(
+        "add",
+        help="mark source tables as HTAP tables (copied by `htap serve`)",
+        description="Checks each named table (or every table of --schema that is not an HTAP table yet) in the"
+        " source, then adds those that can be replicated in one metadata transaction, a line each. A table that"
+        " cannot be added (missing, no primary key, a type without a replica type) is an `error:` line and the"
+        " exit status is 2; the others are still added.",
+    )
+    a.add_argument("table", nargs="*", help="<schema>.<table> (several may be given)")
+    a.add_argument("--schema", help="add every table of this source schema that is not an HTAP table yet")
     a.add_argument("--source", help="source name (default: the only one)")
     column_type_help = (f"give a column another replica type than its source type's own (repeatable): {OVERRIDE_TYPES};"
                         " for source types no replica type holds exactly (e.g. numeric without a precision)")
@@ -387,15 +462,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="replace what the metadata store already has of the source(s)")
     s.set_defaults(func=cmd_recover)
 
-    s = sub.add_parser("serve", help="run the ingest service (copy, then stream changes) until stopped")
+    s = sub.add_parser(
+        "serve",
+        help="run the ingest service (copy, then stream changes) until stopped",
+        description="Runs the ingest service in the foreground until SIGTERM or Ctrl-C: copies each new HTAP table,"
+        " then streams the sources' changes into the replica, compacts its deltas and keeps the safe positions"
+        " Spark reads at. One `htap serve` per config; `htap status` shows whether it runs.",
+    )
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("status", help="per source: position, lag, failed tables, retained log; per table: state, rows, partitions, deltas, max safe seq, delay, errors")
+    s = sub.add_parser(
+        "status",
+        help="whether `htap serve` runs; per source: position, lag, failed tables, retained log; per table: state,"
+        " rows, partitions, deltas, max safe seq, delay, errors",
+        description="Reads the metadata store (no service needed): whether `htap serve` runs, then per source its"
+        " position, lag, failed and unhealthy tables and the log the source retains for it, and per table its state,"
+        " rows, partitions, deltas, max safe position, delay and last error.",
+    )
     s.add_argument("--json", action="store_true", help='machine-readable output: {"sources": [...], "tables": [...]}')
     s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("spark-conf", help="print the Spark settings that expose HTAP tables as a catalog")
-    s.add_argument("--catalog", default="htap", help="Spark catalog name (default: htap)")
+    s = sub.add_parser("spark-conf", help="print the Spark settings that expose HTAP tables as a catalog",
+                       description="Prints the --conf flags of spark-submit / pyspark that read the HTAP tables of"
+                       " a source of the config as <catalog>.<schema>.<table>. The config file must exist.")
+    s.add_argument("--catalog", help="Spark catalog name (default: the source's name, as `htap demo` uses it)")
     s.add_argument("--source", help="source name (default: the only one)")
     s.set_defaults(func=cmd_spark_conf)
 

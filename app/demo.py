@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg2
 
 from htap import localpg
+from htap.app.cli import htap_command
 from htap.app.cli import main as htap
 from htap.catalog.shim import spark_session
 from htap.conf import load_config
@@ -77,8 +78,9 @@ def run_demo(dsn: str | None) -> int:
     conn.autocommit = True
     cur = conn.cursor()
     # A previous demo run may have left its slot behind; start clean.
-    cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'htap_demo' AND NOT active")
-    cur.execute("DROP PUBLICATION IF EXISTS htap_demo")
+    cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('htap_shop', 'htap_demo')"
+                " AND NOT active")  # htap_demo: the slot of demos before the source was named shop
+    cur.execute("DROP PUBLICATION IF EXISTS htap_shop, htap_demo")
     cur.execute("CREATE SCHEMA IF NOT EXISTS htap_demo; DROP TABLE IF EXISTS htap_demo.orders")
     cur.execute(
         "CREATE TABLE htap_demo.orders (id bigint PRIMARY KEY, region text NOT NULL, amount numeric(12,2),"
@@ -97,7 +99,7 @@ def run_demo(dsn: str | None) -> int:
         import shutil
 
         shutil.rmtree(stale)
-    htap(["--config", str(config), "init", "--dsn", dsn, "--source", "demo", "--force"])
+    htap(["--config", str(config), "init", "--dsn", dsn, "--source", "shop", "--force"])
     htap(["--config", str(config), "tables", "add", "htap_demo.orders"])
     cfg = load_config(config)
     stop = threading.Event()
@@ -105,7 +107,7 @@ def run_demo(dsn: str | None) -> int:
     service.start()
     store = MetadataStore(cfg.metadata)
     try:
-        _wait("the initial copy", lambda: store.get_table("demo", "htap_demo", "orders").readable)
+        _wait("the initial copy", lambda: store.get_table("shop", "htap_demo", "orders").readable)
         print("[demo] initial copy done; the service is streaming changes")
         spark = spark_session("shop", config)
         spark.sparkContext.setLogLevel("ERROR")
@@ -124,7 +126,7 @@ def run_demo(dsn: str | None) -> int:
         target = lsn_to_int(cur.fetchone()[0])
         started = time.monotonic()
         _wait("the change to reach the replica",
-              lambda: (store.get_table("demo", "htap_demo", "orders").max_safe_seq or 0) >= target - 1)
+              lambda: (store.get_table("shop", "htap_demo", "orders").max_safe_seq or 0) >= target - 1)
         print(f"[demo] committed an UPDATE and an INSERT in Postgres; replica caught up in {time.monotonic() - started:.2f} s")
         spark.sql(query).show()
         spark.stop()
@@ -134,7 +136,12 @@ def run_demo(dsn: str | None) -> int:
         service.join(timeout=30)
         store.close()
         conn.close()
-    print(f"[demo] done. Config: {config}; try `htap --config {config} status` or `htap spark-conf`.")
+    cmd = htap_command()
+    print(f"[demo] done. Config: {config}; try `{cmd} --config {config} status` or `{cmd} --config {config} spark-conf`"
+          f" (Spark catalog `shop`, named after the source).")
+    if cmd != "htap":
+        print(f"[demo] `htap` is not on your PATH: run it as {cmd}, or activate its virtualenv first"
+              f" (`source {Path(cmd).parent / 'activate'}`).")
     if localpg.running(DEMO_DIR / "pg"):
-        print(f"[demo] the private Postgres in {DEMO_DIR / 'pg'} keeps running; `htap demo --stop` or `make clean` stops it.")
+        print(f"[demo] the private Postgres in {DEMO_DIR / 'pg'} keeps running; `{cmd} demo --stop` or `make clean` stops it.")
     return 0

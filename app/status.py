@@ -13,8 +13,16 @@ from htap.connectors.changes import Retention
 from htap.connectors.registry import open_source
 from htap.errors import HtapError
 from htap.pushdown.replica_reader import read_plan
-from htap.replica.metadata import MetadataStore
-from htap.replica.models import STATE_FAILED, STATE_UNHEALTHY, TableInfo
+from htap.replica.metadata import MetadataStore, running_services
+from htap.replica.models import (
+    STATE_CATCHING_UP,
+    STATE_COPYING,
+    STATE_FAILED,
+    STATE_PENDING,
+    STATE_STREAMING,
+    STATE_UNHEALTHY,
+    TableInfo,
+)
 from htap.replica.snapshot import pin_and_plan
 from htap.replica.warehouse import open_warehouse
 from htap.rewrite.pushed import count_plan
@@ -124,6 +132,33 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    running: bool  # an `htap serve` wrote a heartbeat within SERVICE_STALE_S
+    services: list[dict]  # the running ones: id (host:pid), host, pid, started_at, beat_at, sources
+    last_beat_s: float | None  # seconds since the newest heartbeat of any service (None: none recorded)
+    last_service: str | None  # the id of that service
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Table states a running service moves on; without one they stand still.
+SERVED_STATES = (STATE_PENDING, STATE_COPYING, STATE_CATCHING_UP, STATE_STREAMING)
+
+
+def service_status(cfg: HtapConfig) -> ServiceStatus:
+    with MetadataStore(cfg.metadata) as store:
+        beats = store.service_beats()
+    now = time.time()
+    running = running_services(beats, now)
+    return ServiceStatus(
+        running=bool(running), services=running,
+        last_beat_s=round(max(0.0, now - beats[0]["beat_at"]), 1) if beats else None,
+        last_service=beats[0]["id"] if beats else None,
+    )
 
 
 def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:

@@ -28,9 +28,9 @@ import sys
 import traceback
 
 from htap.catalog.properties import set_property
-from htap.conf import HtapConfig, cached_config
-from htap.errors import DAMAGE_PREFIX, DamagedReplicaError, HtapError, NoSuchTableError
-from htap.connectors.registry import open_queryable
+from htap.conf import SPARK_CONFIG_HINT, HtapConfig, cached_config
+from htap.errors import DAMAGE_PREFIX, ConfigError, DamagedReplicaError, HtapError, NoSuchTableError
+from htap.connectors.registry import open_queryable, open_source
 from htap.pushdown import plan_check, source_snapshot
 from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
@@ -41,10 +41,11 @@ from htap.replica.warehouse import open_warehouse
 
 EXIT_ERROR = 2
 EXIT_NO_SUCH_TABLE = 3  # keep in sync with Bridge.java
+EXIT_PERMISSION_DENIED = 4  # plan-read: the source refused the reader's role (SecurityException)
 EXIT_BUG = 1  # an unexpected exception (a traceback in the answer's error)
 
 
-class _UsageError(Exception):
+class _UsageError(ConfigError):
     """A malformed call (argparse's complaint): EXIT_ERROR, without ending a serving process."""
 
 
@@ -116,6 +117,9 @@ def _parser() -> _Parser:
     cp = sub.add_parser("check-plan", help="whether a pushed plan renders and binds (htap.pushdown.plan_check)")
     cp.add_argument("plan", help="the pushed plan, JSON")
     cp.add_argument("--inject", help="a failure a test asks for (htap.pushdown.plan_check)")
+    cc = sub.add_parser("check-catalog", help="check a Spark catalog's options (HtapCatalog.initialize)")
+    cc.add_argument("catalog", help="the catalog's name in Spark")
+    cc.add_argument("options", help="its options, a JSON object")
     rd = sub.add_parser("report-damage")
     rd.add_argument("table_id", type=int)
     rd.add_argument("delta", help="the delta file (relative to the warehouse) a task found damaged")
@@ -126,8 +130,10 @@ def call(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.command == "plan-read":
         return plan_read(args)
+    if args.command == "check-catalog":
+        return check_catalog(args.catalog, json.loads(args.options))
     try:
-        cfg = cached_config(args.config)
+        cfg = cached_config(args.config, missing_hint=SPARK_CONFIG_HINT)
         with MetadataStore(cfg.metadata) as store:
             if args.command == "list-tables":
                 source = cfg.source(args.source)
@@ -141,7 +147,16 @@ def call(argv: list[str]) -> int:
                 print(json.dumps({"ok": True}))
             elif args.command == "table-schema":
                 schema, name = args.table.split(".", 1)
-                print(json.dumps({"ddl": table_ddl(store, cfg.source(args.source).name, schema, name)}))
+                source = cfg.source(args.source)
+                try:
+                    ddl = table_ddl(store, source.name, schema, name)
+                except NoSuchTableError:
+                    not_htap = _source_table_not_htap(cfg, source, schema, name)
+                    if not_htap is None:
+                        raise
+                    print(not_htap, file=sys.stderr)
+                    return EXIT_ERROR  # not Spark's bare TABLE_OR_VIEW_NOT_FOUND: say how to add it
+                print(json.dumps({"ddl": ddl}))
             elif args.command == "renew-leases":
                 renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))
@@ -164,6 +179,62 @@ def call(argv: list[str]) -> int:
         return EXIT_ERROR
 
 
+def _source_table_not_htap(cfg: HtapConfig, source, schema: str, name: str) -> str | None:
+    """For a name that is no HTAP table: what to tell a Spark user when the source has a table of
+    that name (as `htap tables add` checks it), or None when it has none or cannot be asked (then
+    Spark's own TABLE_OR_VIEW_NOT_FOUND is the answer)."""
+    from htap.errors import TableError
+
+    try:
+        open_source(source).describe_table(schema, name)
+    except NoSuchTableError:
+        return None
+    except TableError as e:  # the table exists but cannot be replicated (no key, a type, not a table)
+        return f"{schema}.{name} is a table of source {source.name} but not an HTAP table, and cannot be one: {e}"
+    except HtapError:  # the source is unreachable from here: nothing more to say than Spark's error
+        return None
+    return (f"{schema}.{name} is a table of source {source.name} but not an HTAP table: add it with"
+            f" `htap --config {cfg.path} tables add {schema}.{name}` (then `htap serve` copies it)")
+
+
+def check_catalog(catalog: str, options: dict) -> int:
+    """A Spark catalog's options, checked when Spark initializes it (HtapCatalog.initialize): one
+    line naming the option, its value and what it takes, instead of a failed read later."""
+    from htap.pushdown.routing import ROUTES
+    from htap.seq import parse_seq
+
+    prefix = f"spark.sql.catalog.{catalog}"
+    opts = {k.lower(): v for k, v in options.items()}
+    try:
+        route = opts.get("route", "auto")
+        if route.lower() not in ROUTES:
+            raise ConfigError(f"{prefix}.route = {route!r} is not a route: use one of {', '.join(ROUTES)}")
+        if opts.get("as_of_seq"):
+            try:
+                parse_seq(opts["as_of_seq"])
+            except ConfigError as e:
+                raise ConfigError(f"{prefix}.as_of_seq = {opts['as_of_seq']!r}: give a seq (an integer) or a Postgres"
+                                  " LSN like 0/16B3748") from e
+        if opts.get("password_file"):
+            try:
+                open(opts["password_file"]).close()
+            except OSError as e:
+                raise ConfigError(f"{prefix}.password_file = {opts['password_file']!r} cannot be read: {e.strerror}") from e
+        try:
+            cfg = cached_config(opts["config"], missing_hint=SPARK_CONFIG_HINT.replace("<catalog>", catalog))
+        except ConfigError as e:
+            raise ConfigError(f"{prefix}.config: {e}") from e
+        try:
+            cfg.source(opts.get("source"))
+        except ConfigError as e:
+            raise ConfigError(f"{prefix}.source: {e}") from e
+    except ConfigError as e:
+        print(" ".join(str(e).split()), file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps({"ok": True}))
+    return 0
+
+
 def plan_read(args: argparse.Namespace) -> int:
     """A scan's read info for Spark (htap.pushdown.read_planning), base64 in JSON. The reader's
     marked errors (denied access, routing, a table gone) go back as their own lines, which the
@@ -171,7 +242,7 @@ def plan_read(args: argparse.Namespace) -> int:
     never appear in an answer."""
     import base64
 
-    from htap.pushdown.datasource import PlanningError
+    from htap.pushdown.datasource import ERROR_MARKER, PlanningError
     from htap.pushdown.read_planning import plan_read as plan
 
     try:
@@ -179,8 +250,11 @@ def plan_read(args: argparse.Namespace) -> int:
     except NoSuchTableError as e:
         print(str(e), file=sys.stderr)
         return EXIT_NO_SUCH_TABLE
-    except (PlanningError, PermissionError, HtapError) as e:
+    except PermissionError as e:  # its text keeps the marker: Spark users match on it
         print(" ".join(str(e).split()), file=sys.stderr)
+        return EXIT_PERMISSION_DENIED
+    except (PlanningError, HtapError) as e:  # the exit code says what it is: the message without a marker
+        print(" ".join(str(e).split()).removeprefix(f"{ERROR_MARKER}: "), file=sys.stderr)
         return EXIT_ERROR
     b64 = base64.b64encode
     print(json.dumps({"func": b64(planned.func).decode(), "partitions": [b64(x).decode() for x in planned.partitions]}))

@@ -280,11 +280,19 @@ def resolve_config_path(explicit: str | os.PathLike | None = None) -> Path:
     return Path(DEFAULT_CONFIG_FILE).resolve()
 
 
-def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
-    """Read and validate a config file; every problem names the key and the file."""
+# What to do about a missing config file, by who asked: the command line, or Spark (the catalog
+# option that names the file).
+CLI_CONFIG_HINT = "run `htap init` or pass --config / set " + CONFIG_ENV
+SPARK_CONFIG_HINT = ("the Spark option spark.sql.catalog.<catalog>.config names it: point that at your htap.toml"
+                     " (`htap spark-conf` prints every setting), or create the file with `htap --config {path} init`")
+
+
+def load_config(path: str | os.PathLike | None = None, *, missing_hint: str = CLI_CONFIG_HINT) -> HtapConfig:
+    """Read and validate a config file; every problem names the key and the file. `missing_hint`
+    says what to do when there is no file (`{path}` is its path)."""
     p = resolve_config_path(path)
     if not p.is_file():
-        raise ConfigError(f"no config file at {p}: run `htap init` or pass --config / set {CONFIG_ENV}")
+        raise ConfigError(f"no config file at {p}: {missing_hint.format(path=p)}")
     try:
         raw = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as e:
@@ -295,7 +303,7 @@ def load_config(path: str | os.PathLike | None = None) -> HtapConfig:
 _cached: dict[Path, tuple[tuple[int, int, int], HtapConfig]] = {}
 
 
-def cached_config(path: str | os.PathLike | None = None) -> HtapConfig:
+def cached_config(path: str | os.PathLike | None = None, *, missing_hint: str = CLI_CONFIG_HINT) -> HtapConfig:
     """`load_config` for long-lived processes that read the same file per call (the driver's
     catalog bridge, Spark's planning workers): parsed again only when the file changed (its
     inode, size or modification time), so an edit still takes effect on the next call."""
@@ -303,12 +311,12 @@ def cached_config(path: str | os.PathLike | None = None) -> HtapConfig:
     try:
         st = p.stat()
     except OSError:
-        return load_config(p)  # names the missing file
+        return load_config(p, missing_hint=missing_hint)  # names the missing file
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     hit = _cached.get(p)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    cfg = load_config(p)
+    cfg = load_config(p, missing_hint=missing_hint)
     _cached[p] = (stamp, cfg)
     return cfg
 
@@ -355,11 +363,13 @@ def parse_config(raw: dict, path: Path) -> HtapConfig:
     for name, sraw in raw.get("sources", {}).items():
         if not isinstance(sraw, dict):
             raise ConfigError(f"{path}: [sources.{name}] must be a table")
-        _check_keys(sraw, set(SOURCE_KEYS), path, f"sources.{name}.")
         kind = sraw.get("kind", "postgres")
         if kind not in CONFIG_CLASSES:
             raise ConfigError(f"{path}: sources.{name}.kind = {kind!r} is not supported; use one of {SOURCE_KINDS}")
         config_class = CONFIG_CLASSES[kind]
+        # An unknown key is suggested and listed against this kind's keys only (a Postgres source's
+        # typo is not answered with MySQL and Kafka settings).
+        _check_keys({k: v for k, v in sraw.items() if k not in SOURCE_KEYS}, set(config_class.KEYS), path, f"sources.{name}.")
         for key in sraw:
             if key not in config_class.KEYS:
                 raise ConfigError(

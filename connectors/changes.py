@@ -206,6 +206,14 @@ class ChangeSource(ABC):
     def describe_table(self, schema: str, table: str) -> tuple[list[Column], list[str]]:
         """Columns in source order and the primary key; TableError when it cannot be replicated."""
 
+    def list_tables(self, schema: str) -> list[str]:
+        """The names of the tables of a schema (`htap tables add --schema`), sorted; SourceError
+        when this kind of source cannot list them."""
+        raise SourceError(
+            f"source {self.config.name} ({self.config.kind}) cannot list a schema's tables: name each table"
+            " (htap tables add <schema>.<table> ...)"
+        )
+
     @abstractmethod
     def arrow_type(self, source_type: str) -> pa.DataType:
         """The replica's Arrow type for a source column type; TableError (saying why) when no

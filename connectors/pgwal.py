@@ -23,6 +23,8 @@ import time
 
 from psycopg import conninfo, pq
 
+from htap.errors import SourceError
+
 _XLOG_DATA = 0x77  # 'w'
 _KEEPALIVE = 0x6B  # 'k'
 _XLOG_HEADER = struct.Struct("!QQQ")  # data start, WAL end, send time (after the tag)
@@ -31,7 +33,7 @@ STATUS_INTERVAL_S = 10.0  # a status update at least this often while reading (a
 _PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
 
 
-class WalError(Exception):
+class WalError(SourceError):
     """The replication connection failed; `lost` when the connection itself is gone."""
 
     def __init__(self, message: str, lost: bool = False):

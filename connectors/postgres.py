@@ -573,6 +573,19 @@ class PostgresSource(ChangeSource, QueryableSource):
         finally:
             conn.close()
 
+    def list_tables(self, schema: str) -> list[str]:
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:  # tables and partitioned tables, not their partitions
+                cur.execute(
+                    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1",
+                    (schema,),
+                )
+                return [r[0] for r in cur.fetchall()]
+        finally:
+            conn.close()
+
     def arrow_type(self, source_type: str) -> pa.DataType:
         return arrow_type(source_type)
 

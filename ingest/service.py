@@ -404,6 +404,31 @@ class SourceIngest:
             applier.fail(table.id, action.error, action.seq)  # recorded with the next checkpoint
 
 
+def heartbeat_loop(cfg: HtapConfig, stop: threading.Event) -> None:
+    """Tell the metadata store that this service runs (`htap status`), every SERVICE_BEAT_S;
+    gone when it stops cleanly, old when it was killed."""
+    import os
+    import socket
+
+    from htap.replica.metadata import SERVICE_BEAT_S
+
+    service_id = f"{socket.gethostname()}:{os.getpid()}"
+    info = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": time.time(), "sources": sorted(cfg.sources)}
+    store = MetadataStore(cfg.metadata)
+    try:
+        while True:
+            try:
+                store.beat_service(service_id, info)
+            except Exception as e:  # noqa: BLE001 - the store is busy or away: said, and the next beat tries again
+                log.warning("cannot record the service's heartbeat (htap status may call it stopped): %s: %s",
+                            type(e).__name__, e)
+            if stop.wait(SERVICE_BEAT_S):
+                break
+        store.end_service(service_id)
+    finally:
+        store.close()
+
+
 def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0, state: ServiceState | None = None) -> None:
     """Run the ingest of every configured source until `stop`; retry a source that fails.
     `state` records what each source's ingest is doing (for the health endpoint)."""
@@ -427,6 +452,7 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0, state: S
     threads = [threading.Thread(target=run_source, args=(s,), name=f"ingest-{s.name}") for s in cfg.sources.values()]
     threads.append(threading.Thread(target=compaction_loop, args=(cfg, stop), name="compaction"))
     threads.append(threading.Thread(target=watch_sources, args=(cfg, state, stop), name="source-watch"))
+    threads.append(threading.Thread(target=heartbeat_loop, args=(cfg, stop), name="heartbeat"))
     indexes = keyindex.persist_in_background(stop)
     for t in threads:
         t.start()

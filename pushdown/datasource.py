@@ -43,7 +43,7 @@ DAMAGE_MARKER = "HTAP_DAMAGED_REPLICA"
 ERROR_MARKER = "HTAP_ERROR"
 
 
-class PlanningError(Exception):
+class PlanningError(HtapError):
     """An HtapError raised while planning a scan, as one marked line for the Java shim."""
 
     def __init__(self, error: HtapError):
@@ -150,10 +150,10 @@ class ScanOptions:
 
 
 def _open(opts: ScanOptions):
-    from htap.conf import cached_config
+    from htap.conf import SPARK_CONFIG_HINT, cached_config
     from htap.replica.metadata import MetadataStore
 
-    cfg = cached_config(opts.config)
+    cfg = cached_config(opts.config, missing_hint=SPARK_CONFIG_HINT)
     source = cfg.source(opts.source)
     store = MetadataStore(cfg.metadata)
     try:
@@ -282,12 +282,12 @@ class SystemTableReader(DataSourceReader):
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from htap.conf import cached_config
+        from htap.conf import SPARK_CONFIG_HINT, cached_config
         from htap.pushdown.system_tables import query, rows
         from htap.replica.metadata import MetadataStore
         from htap.rewrite.pushed import PushedPlan
 
-        cfg = cached_config(opts.config)
+        cfg = cached_config(opts.config, missing_hint=SPARK_CONFIG_HINT)
         if cfg.access.login_required:  # the replica's state is for logged-in roles too
             opts.reader_role(cfg, cfg.source(opts.source))
         output = to_arrow_schema(schema, timezone="UTC")

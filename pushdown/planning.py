@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from htap.errors import NoSuchTableError
+from htap.errors import HtapError, NoSuchTableError
 from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route, RoutingError, decide
 from htap.replica.metadata import QUERY_READS_SOURCE, MetadataStore
 from htap.replica.models import TableInfo
@@ -54,8 +54,9 @@ class ScanPlan:
     source_snapshot: str | None = None  # source reads: the exported snapshot to read at
 
 
-class _NeedsExport(Exception):
-    """The query must read a source itself and no snapshot of it is exported yet."""
+class _NeedsExport(HtapError):
+    """The query must read a source itself and no snapshot of it is exported yet (a signal inside
+    plan_scans, which catches it: it never reaches a caller)."""
 
 
 def plan_scan(

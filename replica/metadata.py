@@ -57,6 +57,17 @@ _UPGRADES = {
 # The lease each process holds per (store, table): (pin id, created at, seq). See MetadataStore.lease.
 _LEASES: dict[tuple[str, int], tuple[int, float, int]] = {}
 _LEASES_LOCK = threading.Lock()
+# `htap serve` writes a heartbeat this often; one older than SERVICE_STALE_S is a service that
+# stopped without saying so (killed, host down).
+SERVICE_BEAT_S = 5.0
+SERVICE_STALE_S = 30.0
+
+
+def running_services(beats: list[dict], now: float) -> list[dict]:
+    """The services whose heartbeat (MetadataStore.service_beats) is recent enough to be running."""
+    return [b for b in beats if now - b["beat_at"] <= SERVICE_STALE_S]
+
+
 SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
 QUERY_READS_SOURCE = -1  # query_snapshots.seq of a query that reads a source itself (at an exported snapshot)
 # Created on first use (stores made before it work unchanged): the exported source snapshot of a
@@ -677,6 +688,29 @@ class MetadataStore:
     def source_position(self, source: str) -> int | None:
         row = self._one("SELECT position FROM sources WHERE name = ?", (source,))
         return None if row is None else row[0]
+
+    # --- the running services (`htap serve`): a heartbeat row each in `meta` ---------------------
+
+    SERVICE_KEY = "service:"
+
+    def beat_service(self, service_id: str, info: dict) -> None:
+        """Record that service `service_id` (host:pid) runs, now (`htap status` tells a stopped
+        service by its missing or old heartbeat). Not durable: a crash may forget one beat."""
+        value = json.dumps({**info, "beat_at": self.clock()})
+        with self._tx(durable=False):
+            self._x("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (self.SERVICE_KEY + service_id, value))
+
+    def end_service(self, service_id: str) -> None:
+        """A service stopped cleanly: its heartbeat row goes."""
+        with self._tx():
+            self._x("DELETE FROM meta WHERE key = ?", (self.SERVICE_KEY + service_id,))
+
+    def service_beats(self) -> list[dict]:
+        """Every service's last heartbeat: {"id", "beat_at", ...what it recorded}, newest first."""
+        rows = self._all("SELECT key, value FROM meta WHERE key LIKE ?", (self.SERVICE_KEY + "%",))
+        beats = [{"id": key[len(self.SERVICE_KEY):], **json.loads(value)} for key, value in rows]
+        return sorted(beats, key=lambda b: -b["beat_at"])
 
     def source_position_time(self, source: str) -> float | None:
         row = self._one("SELECT position_time FROM sources WHERE name = ?", (source,))

@@ -32,7 +32,7 @@ from htap.rewrite.pushed import table_plan
 from conftest import normalized, wait_until
 from debezium_events import PgEvents, customer, order
 from services import SERVICES
-from workspace import DebeziumWorkspace
+from workspace import DebeziumWorkspace, live_delta_files
 
 pytestmark = pytest.mark.kafka
 
@@ -200,9 +200,9 @@ def test_kafka_transactions_are_atomic_across_topics_and_partitions_and_survive_
     for name in PARTITIONS:
         table = ws.table(name, "public")
         assert replica_rows(cfg, table, table.max_safe_seq) == final[name], name
-        with MetadataStore(cfg.metadata) as store:
-            files = [str(cfg.warehouse / d.path) for d in store.deltas(table.id)]
-        ((total, distinct),) = duckdb.sql(
-            f"SELECT count(*), count(DISTINCT (id, _seq)) FROM read_parquet({json.dumps(files)})"
-        ).fetchall()
+        with live_delta_files(cfg, table.id) as deltas:  # compaction runs meanwhile
+            files = [str(cfg.warehouse / d.path) for d in deltas]
+            ((total, distinct),) = duckdb.sql(
+                f"SELECT count(*), count(DISTINCT (id, _seq)) FROM read_parquet({json.dumps(files)})"
+            ).fetchall()
         assert total == distinct, f"{name}: a version was applied twice"

@@ -173,3 +173,20 @@ def test_a_dumped_source_restores_into_an_empty_store_with_its_ids(store, tmp_pa
     assert fresh.layouts(t.id) == layouts and layouts  # the partition history (reads at older seqs)
     newer = fresh.add_table("src", "public", "later", [Column("id", "integer", False)], ["id"], "schema")
     assert newer.id > max(t.id, fresh.get_table("src", "public", "other").id)  # ids never reused
+
+
+def test_service_heartbeats_are_recorded_replaced_and_removed(store):
+    from htap.replica.metadata import SERVICE_STALE_S, running_services
+
+    now = [1000.0]
+    store.clock = lambda: now[0]
+    store.beat_service("h:1", {"host": "h", "pid": 1})
+    now[0] = 1004.0
+    store.beat_service("h:1", {"host": "h", "pid": 1})
+    store.beat_service("h:2", {"host": "h", "pid": 2})
+    beats = store.service_beats()
+    assert sorted((b["id"], b["beat_at"], b["pid"]) for b in beats) == [("h:1", 1004.0, 1), ("h:2", 1004.0, 2)]
+    store.end_service("h:2")
+    assert [b["id"] for b in store.service_beats()] == ["h:1"]
+    assert running_services(store.service_beats(), 1004.0 + SERVICE_STALE_S) != []
+    assert running_services(store.service_beats(), 1004.0 + SERVICE_STALE_S + 1) == []

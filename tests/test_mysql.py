@@ -17,6 +17,7 @@ import pymysql
 import pytest
 
 from conftest import DEADLINE_S, normalized, wait_until
+from workspace import live_delta_files
 from mysql_support import master_seq, my_connect, my_server
 
 TYPES_DDL = """
@@ -200,12 +201,11 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(my_workspace, spark, my
     from htap.conf import load_config
 
     cfg = load_config(ws.config)
-    store = ws.store()
-    files = [str(cfg.warehouse / d.path) for d in store.deltas(ws.table("accounts").id)]
-    store.close()
-    ((total, distinct),) = duckdb.sql(
-        f"SELECT count(*), count(DISTINCT (id, _seq)) FROM read_parquet({json.dumps(files)})"
-    ).fetchall()
+    with live_delta_files(cfg, ws.table("accounts").id) as deltas:  # compaction runs meanwhile
+        files = [str(cfg.warehouse / d.path) for d in deltas]
+        ((total, distinct),) = duckdb.sql(
+            f"SELECT count(*), count(DISTINCT (id, _seq)) FROM read_parquet({json.dumps(files)})"
+        ).fetchall()
     assert total == distinct
     assert "checkpoint" in ws.log()
 

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import normalized, wait_until
 from services import SERVICES, pg_dsn
-from workspace import Workspace
+from workspace import Workspace, live_delta_files
 
 from htap.conf import ObjectStoreConfig, load_config
 from htap.errors import DamagedReplicaError, WarehouseAccessError, WarehouseUnavailableError
@@ -293,9 +293,8 @@ def test_ingest_to_s3_and_spark_reads_equal_postgres(s3_workspace, spark, s3_cat
 
     cfg = load_config(ws.config)
     assert str(cfg.warehouse).startswith("s3://") and not (ws.root / "warehouse").exists()
-    objects = ObjectStoreWarehouse(str(cfg.warehouse), cfg.object_store).list()
-    with ws.store() as store:
-        deltas = store.deltas(ws.table("orders").id)
+    with live_delta_files(cfg, ws.table("orders").id) as deltas:  # listed first, kept while the objects are listed
+        objects = ObjectStoreWarehouse(str(cfg.warehouse), cfg.object_store).list()
     assert deltas and {d.path for d in deltas} <= set(objects)
     assert all(d.checksum for d in deltas)
 

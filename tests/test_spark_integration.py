@@ -170,7 +170,7 @@ def test_show_tables_and_bad_properties(workspace, spark, catalog, orders):
     assert shown == {(ws.schema, "orders")}
     with pytest.raises(Exception, match="unknown table property 'htap.nope'"):
         spark.sql(f"ALTER TABLE {catalog}.{orders} SET TBLPROPERTIES ('htap.nope' = '1')")
-    with pytest.raises(Exception, match="route='sideways'"):
+    with pytest.raises(Exception, match="route = 'sideways' is not a route"):
         bad = f"b_{ws.source}"
         spark.conf.set(f"spark.sql.catalog.{bad}", "io.sparkhtap.HtapCatalog")
         spark.conf.set(f"spark.sql.catalog.{bad}.config", str(ws.config))

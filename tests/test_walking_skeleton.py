@@ -187,3 +187,13 @@ def test_status_reports_rows_deltas_and_delay(workspace):
     assert row["delay_s"] is not None and "/" in row["max_safe_position"]  # a Postgres LSN
     text = ws.htap("status").stdout
     assert t in text and "streaming" in text and f"source {ws.source} (postgres): position" in text
+    assert status["service"]["running"] and text.startswith("service: running (")
+
+    # The service stopped: status says so, and the table stands still (state `stopped`).
+    ws.stop_service()
+    status = json.loads(ws.htap("status", "--json").stdout)
+    assert not status["service"]["running"] and status["service"]["services"] == []
+    text = ws.htap("status").stdout
+    assert text.startswith("service: NOT running (") and "serve` runs" in text
+    (line,) = [x for x in text.splitlines() if x.startswith(f"{ws.source}.{t} ")]
+    assert line.split()[1] == "stopped"

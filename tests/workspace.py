@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -42,6 +44,20 @@ def wait_until(predicate, timeout: float | None, what: str, interval: float = 0.
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+@contextmanager
+def live_delta_files(cfg, table_id: int) -> Iterator[list]:
+    """The live deltas of a table (htap.replica.models.Delta), held the way readers hold them:
+    under a lease taken first (MetadataStore.pin), so that the running service's compaction,
+    which may retire them meanwhile, deletes none of their files until the block ends. Listing
+    the deltas and then reading their files without one races with compaction ("No files found")."""
+    with MetadataStore(cfg.metadata) as store:
+        pin, _ = store.pin(table_id, 0, ttl_s=DEADLINE_S, holder="test reader")
+        try:
+            yield store.deltas(table_id)  # every one live now, retired after the pin or not
+        finally:
+            store.release_pin(pin.id)
 
 
 def wait_slot_released(cur, slot: str) -> None:

@@ -52,6 +52,19 @@ class MySQLSource(ChangeSource):
         finally:
             conn.close()
 
+    def list_tables(self, schema: str) -> list[str]:
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+                    " AND table_type = 'BASE TABLE' ORDER BY 1",
+                    (schema,),
+                )
+                return [r[0] for r in cur.fetchall()]
+        finally:
+            conn.close()
+
     def arrow_type(self, source_type: str) -> pa.DataType:
         return mytypes.arrow_type(source_type)
 

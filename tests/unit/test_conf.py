@@ -135,6 +135,13 @@ def test_unknown_keys_name_section_and_key_and_suggest(raw, message):
     assert error(raw) == f"{CFG}: {message}"
 
 
+@pytest.mark.parametrize("kind", ["postgres", "mysql", "debezium"])
+def test_an_unknown_source_key_lists_only_the_keys_of_its_kind(kind):
+    assert error({"sources": {"s": {"kind": kind, "qqq": 1}}}) == (
+        f"{CFG}: unknown config key 'sources.s.qqq'; known keys: {', '.join(sorted(KIND_KEYS[kind]))}"
+    )
+
+
 # --- sources: kinds and their keys ----------------------------------------------------------------
 
 

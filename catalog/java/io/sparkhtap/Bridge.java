@@ -85,6 +85,7 @@ final class Bridge {
   /** Exit codes of htap.catalog.bridge (keep in sync with catalog/bridge.py). */
   static final int EXIT_ERROR = 2;
   static final int EXIT_NO_SUCH_TABLE = 3;
+  static final int EXIT_PERMISSION_DENIED = 4;
   /** A catalog call reads or writes a few metadata rows; anything this slow is stuck. */
   static final long DEFAULT_TIMEOUT_SECONDS = 120;
   static final String TIMEOUT_CONF = "spark.htap.bridge.timeoutSeconds";
@@ -163,7 +164,10 @@ final class Bridge {
     if (answer == null) return null;
     int code = answer.path("code").asInt(-1);
     if (code != 0) {
+      // The exit code types the error (htap.catalog.bridge.plan_read); only a bug is "could not plan".
       String message = answer.path("err").asText("").strip();
+      if (code == EXIT_PERMISSION_DENIED) throw new SecurityException(message);
+      if (code == EXIT_ERROR || code == EXIT_NO_SUCH_TABLE) throw new IllegalArgumentException(message);
       throw new IllegalStateException("spark-htap could not plan the read of " + table + " (exit " + code + "): " + message);
     }
     try {

@@ -60,6 +60,15 @@ public class HtapCatalog implements TableCatalog {
     for (Map.Entry<String, String> e : options.entrySet()) {
       this.options.put(e.getKey().toLowerCase(), e.getValue());
     }
+    // Every option's value is checked now (route, as_of_seq, the config file and the source in
+    // it), naming the option, rather than by the first read that plans with it.
+    Map<String, String> checked = new java.util.TreeMap<>(this.options);
+    checked.remove("password");  // never in a call's arguments (a failing call prints them)
+    try {
+      Bridge.call(this.options, "check-catalog", name, Ir.MAPPER.writeValueAsString(checked));
+    } catch (java.io.IOException e) {
+      throw new IllegalStateException("cannot write the catalog's options as JSON: " + e, e);
+    }
     // The driver holds running queries' leases and marks damaged tables (executors only read).
     HtapQueryListener.install(SparkSession.active().sparkContext());
     Bridge.python();  // remembered for the listener's calls

@@ -77,8 +77,12 @@ final class HtapQueryListener extends SparkListener {
     try {
       HtapSnapshotStrategy.collect(qe.optimizedPlan(), out);
     } catch (Exception e) {
-      // A query that failed before it was optimized (Spark's AnalysisException, a checked
-      // exception to javac) has no scans.
+      // A query that failed analysis has no scans, and its error is already the query's own
+      // (Spark's AnalysisException, a checked exception to javac: caught by its supertype).
+      // Anything else is ours: said once, with what it was.
+      if (!(e instanceof org.apache.spark.sql.AnalysisException)) {
+        LOG.log(Level.WARNING, "spark-htap: cannot find the HTAP scans of a query: " + e, e);
+      }
     }
     return out;
   }
