@@ -22,6 +22,8 @@ setup: $(BIN)/.deps
 # or removed file changes the file list below and relinks the tree on the next make.
 PACKAGE_FILES := $(shell git ls-files -co --exclude-standard -- pyproject.toml pyspark_htap.py core app catalog rewrite pushdown connectors replica ingest verify conf 2>/dev/null | md5sum | cut -c1-12)
 INSTALLED := $(VENV)/.installed-$(PACKAGE_FILES)
+# The link tree gone (`rm -rf build`): install again.
+$(if $(wildcard build/__editable__.*),,$(shell rm -f $(VENV)/.installed-*))
 $(INSTALLED): $(BIN)/.deps
 	@rm -rf build $(VENV)/.installed-*
 	@$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=strict > $(VENV)/install.log 2>&1 \
