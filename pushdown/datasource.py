@@ -14,7 +14,6 @@ and the source drivers load in the worker that plans or reads.
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Mapping
 
@@ -25,6 +24,7 @@ from htap.errors import ConfigError, DamagedReplicaError, HtapError, NoSuchTable
 from htap.seq import parse_seq
 
 if TYPE_CHECKING:  # importing it loads DuckDB, pyarrow.compute and numpy: ~0.2 s per worker
+    from htap.pushdown.planning import JoinedPartition, ReplicaPartition, SourcePartition
     from htap.replica.snapshot import ReadPlan
 
 # Marker of a table missing when a scan is planned (the catalog's loadTable found it through the
@@ -149,7 +149,8 @@ class ScanOptions:
             raise PermissionError(f"{PERMISSION_MARKER}: {e}") from None
 
 
-def _open(opts: ScanOptions):
+def open_scan(opts: ScanOptions):
+    """The config, an open metadata store (the caller closes it) and the scan's table."""
     from htap.conf import SPARK_CONFIG_HINT, cached_config
     from htap.replica.metadata import MetadataStore
 
@@ -162,72 +163,6 @@ def _open(opts: ScanOptions):
         store.close()
         raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
     return cfg, store, table
-
-
-@dataclass(frozen=True)
-class ReplicaPartition(InputPartition):
-    """Everything an executor needs to read one partition at the query's snapshot (it reads no
-    config file, and the metadata store only read-only, at `metadata`)."""
-
-    config: str
-    table_id: int
-    warehouse: str  # the warehouse's location, and below how to reach it: no config file needed
-    table_label: str
-    table_schema_b64: str
-    key: tuple[str, ...]
-    plan: "ReadPlan"
-    pushed: str | None
-    metadata: str = ""  # where the executor reads the metadata store (read-only)
-    window_s: float = 36_000.0
-    object_store: object = None  # htap.conf.ObjectStoreConfig of an s3:// warehouse
-
-
-@dataclass(frozen=True)
-class JoinedTablePart:
-    """One table of a joined scan in one task: the partition reads it does at the seq."""
-
-    table_id: int
-    label: str
-    schema_b64: str
-    key: tuple[str, ...]
-    plans: tuple["ReadPlan", ...]
-
-
-def _table_part(plan, reads) -> JoinedTablePart:
-    """A table's part of a task reading several partitions in one DuckDB query (a joined scan, a
-    tree, or a single table's scan in one task): `plan` (htap.pushdown.planning) routed its table,
-    `reads` are the partition reads this task does (all of them, or one of a split table's)."""
-    t = plan.table
-    return JoinedTablePart(t.id, f"{t.source}.{t.qualified_name}", t.arrow_schema_b64, t.key, tuple(reads))
-
-
-@dataclass(frozen=True)
-class JoinedPartition(InputPartition):
-    """A task of a joined scan on the replica: every table's reads, one DuckDB query."""
-
-    config: str
-    warehouse: str
-    tables: tuple[JoinedTablePart, ...]
-    pushed: str | None
-    metadata: str = ""  # where the executor reads the metadata store (read-only)
-    window_s: float = 36_000.0
-    object_store: object = None  # htap.conf.ObjectStoreConfig of an s3:// warehouse
-
-
-@dataclass(frozen=True)
-class SourcePartition(InputPartition):
-    """A scan answered by the source itself (failover / fallback): the pushed plan as one source
-    query over its tables (or one key range of its one table); the executor needs no config
-    file and no metadata store."""
-
-    config: str
-    source: str
-    table_ids: tuple[int, ...]
-    pushed: str | None
-    snapshot: str | None  # an exported snapshot to read at, if the caller holds one
-    source_config: object  # htap.conf.SourceConfig of `source`
-    tables: tuple  # htap.replica.models.TableInfo of each scan of the plan
-    agreement: object = None  # htap.pushdown.source_reader.SourceReadAgreement, for a snapshot of its own
 
 
 class HtapDataSource(DataSource):
@@ -246,7 +181,7 @@ class HtapDataSource(DataSource):
             from htap.pushdown.spark_types import spark_ddl
 
             return spark_ddl(SCHEMAS[opts.table])
-        cfg, store, _table = _open(opts)
+        cfg, store, _table = open_scan(opts)
         try:
             return table_ddl(store, cfg.source(opts.source).name, opts.schema, opts.table)
         finally:
@@ -309,100 +244,25 @@ class SystemTableReader(DataSourceReader):
 
 
 class HtapReader(DataSourceReader):
-    """Planning (on the driver): route the scan, fix its snapshot, pin it, check access."""
+    """Planned on the driver (htap.pushdown.planning.plan_partitions); read on the executors."""
 
     def __init__(self, opts: ScanOptions, schema: StructType):
+        from htap.pushdown.planning import plan_partitions
+
+        self.schema = schema
         try:
-            self._plan(opts, schema)
+            self._partitions = plan_partitions(opts)
         except (NoSuchTableError, PermissionError):
             raise
         except HtapError as e:
             raise PlanningError(e) from e
 
-    def _plan(self, opts: ScanOptions, schema: StructType) -> None:
-        from htap.pushdown.planning import ScanRequest, plan_scans
-        from htap.pushdown.routing import ROUTE_REPLICA
-        from htap.pushdown.source_reader import check_access, source_ranges
-        from htap.replica.warehouse import open_warehouse
-        from htap.rewrite.pushed import PushedPlan, to_json
-
-        self.schema = schema
-        plan = PushedPlan.from_json(opts.pushed)
-        cfg, store, _table = _open(opts)
-        source = cfg.source(opts.source)
-        try:
-            tables = []
-            for scan in plan.scans:
-                schema_name, table_name = scan.table.split(".", 1)
-                try:
-                    tables.append(store.get_table(source.name, schema_name, table_name))
-                except NoSuchTableError as e:
-                    raise NoSuchTableError(f"{NO_SUCH_TABLE_MARKER}: {e}") from e
-            role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
-            if role:
-                for table, scan in zip(tables, plan.scans):
-                    denied = check_access(source, role, table, sorted(scan.referenced()))
-                    if denied:
-                        raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
-            problem = open_warehouse(cfg).unreachable()
-            requests = [
-                ScanRequest(
-                    source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
-                    as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot,
-                    snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables, warehouse_problem=problem,
-                )
-                for t in tables
-            ]
-            plans = plan_scans(store, requests, list(plan.scans), plan.to_dict(), window_s=cfg.window_s,
-                               pin_ttl_s=cfg.pin_ttl_s, **_held_by_query(cfg, source, opts))
-        finally:
-            store.close()
-        if plans[0].route.target != ROUTE_REPLICA:
-            snapshot = plans[0].source_snapshot
-            single = len(plans) == 1 and plan.split == 0
-            # Key ranges as parallel tasks, only at a snapshot they all share (issue 14).
-            ranges = (source_ranges(source, plans[0].table, plan, cfg.source_range_rows)
-                      if single and snapshot else [plan])
-            what = " JOIN ".join(dict.fromkeys(p.table.qualified_name for p in plans))
-            agreement = _agreement(opts, cfg, source.name, snapshot, what)
-            self._partitions = [
-                SourcePartition(str(cfg.path), source.name, tuple(p.table.id for p in plans),
-                                opts.pushed if part is plan else to_json(part), snapshot, source,
-                                tuple(p.table for p in plans),
-                                agreement and dataclasses.replace(agreement, scan=f"{agreement.scan}/{i}"))
-                for i, part in enumerate(ranges)
-            ]
-            return
-        if len(plans) == 1 and plan.split == 0:  # one task per partition: each reads its own
-            table = plans[0].table
-            self._partitions = [
-                ReplicaPartition(
-                    config=str(cfg.path), table_id=table.id, warehouse=str(cfg.warehouse),
-                    table_label=f"{table.source}.{table.qualified_name}", table_schema_b64=table.arrow_schema_b64,
-                    key=table.key, plan=read, pushed=opts.pushed, metadata=opts.executor_metadata or str(cfg.metadata),
-                    window_s=cfg.window_s, object_store=cfg.object_store,
-                )
-                for read in plans[0].reads
-            ]
-            return
-        # Every partition of every scan in one task (its aggregate, order and limit final; even
-        # with no partition left after pruning: a global aggregate's row), or one task per
-        # partition of the split scan, every other scan read whole in each.
-        if plan.split is None:
-            tasks = [tuple(_table_part(p, p.reads) for p in plans)]
-        else:
-            tasks = [
-                tuple(_table_part(p, (read,) if i == plan.split else p.reads) for i, p in enumerate(plans))
-                for read in plans[plan.split].reads
-            ]
-        self._partitions = [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed,
-                                            opts.executor_metadata or str(cfg.metadata), cfg.window_s,
-                                            cfg.object_store) for task in tasks]
-
     def partitions(self) -> list[InputPartition]:
         return list(self._partitions)
 
     def read(self, partition) -> Iterator:
+        from htap.pushdown.planning import JoinedPartition, ReplicaPartition, SourcePartition
+
         if isinstance(partition, (ReplicaPartition, JoinedPartition)):
             _size_duckdb_threads(len(self._partitions))
         if isinstance(partition, SourcePartition):
@@ -470,9 +330,9 @@ class HtapReader(DataSourceReader):
 
         from htap.pushdown.replica_reader import read_plan
         from htap.replica.leases import current_plan
-        from htap.replica.warehouse import open_warehouse_at
         from htap.replica.metadata import MetadataStore
         from htap.replica.models import TableInfo
+        from htap.replica.warehouse import open_warehouse_at
         from htap.rewrite.pushed import PushedPlan
 
         # The driver holds the plan's lease while the query runs; the task only reads whether
@@ -498,32 +358,6 @@ class HtapReader(DataSourceReader):
             # fail over instead of failing again (DAMAGE_MARKER); executors never write the
             # metadata store.
             raise DamagedReplicaError(damage_report(partition.table_id, plan, e)) from e
-
-
-def _held_by_query(cfg, source, opts: ScanOptions) -> dict:
-    """What a scan's planning holds for its query, by the scan's lease owner (the driver releases
-    both when the query ends): its leases (`holder`), and the source snapshot it may export."""
-    from htap.pushdown.source_snapshot import export_held_snapshot
-    from htap.replica.leases import query_holder
-
-    return {"export": lambda: export_held_snapshot(str(cfg.path), source.name, owner=opts.lease_owner),
-            "holder": query_holder(opts.lease_owner) if opts.lease_owner else None}
-
-
-def _agreement(opts: ScanOptions, cfg, source: str, snapshot: str | None, what: str):
-    """For a source scan of a query whose source reads cannot share one snapshot (MySQL/MariaDB):
-    what its task needs to check that it reads the same state as the query's other scans of the
-    source (htap.pushdown.source_reader.SourceReadAgreement); None otherwise (Postgres imports
-    the one exported snapshot; a scan without the query's token decides alone). The planned
-    scan's own id, so a retry of its task replaces, not contradicts, its earlier attempt. The
-    record goes to the store as executors reach it (`executor_metadata`, default the config's):
-    the one write an executor makes, a row per scan, to that one table."""
-    from htap.pushdown.source_reader import SourceReadAgreement, reads_own_snapshot
-
-    if not opts.snapshot_token or not reads_own_snapshot(snapshot):
-        return None
-    return SourceReadAgreement(opts.executor_metadata or str(cfg.metadata), opts.snapshot_token, source,
-                               uuid.uuid4().hex, what)
 
 
 def _size_duckdb_threads(tasks: int) -> None:
