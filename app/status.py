@@ -23,7 +23,7 @@ from htap.replica.models import (
     STATE_UNHEALTHY,
     TableInfo,
 )
-from htap.replica.snapshot import pin_and_plan
+from htap.replica.read_plans import pin_and_plan
 from htap.replica.warehouse import open_warehouse
 from htap.rewrite.pushed import count_plan
 from htap.seq import PLAIN

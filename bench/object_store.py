@@ -38,7 +38,7 @@ import pyarrow as pa
 from bench.storage import AGG, AGG_OUT, SCHEMA, build, merged, progress, same
 from htap.conf import ObjectStoreConfig
 from htap.pushdown.replica_reader import read_plan
-from htap.replica.snapshot import plan_reads
+from htap.replica.read_plans import plan_reads
 from htap.replica.warehouse import LocalWarehouse, ObjectStoreWarehouse
 
 

@@ -42,7 +42,7 @@ from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, Column, encode_schema
 from htap.replica.partitions import encode_bounds
-from htap.replica.snapshot import pin_and_plan, plan_reads
+from htap.replica.read_plans import pin_and_plan, plan_reads
 from htap.rewrite.pushed import Expr, Literal, PushedPlan, table_plan
 
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("amount", pa.float64()), ("qty", pa.int32())])

@@ -25,7 +25,7 @@ from htap.seq import parse_seq
 
 if TYPE_CHECKING:  # importing it loads DuckDB, pyarrow.compute and numpy: ~0.2 s per worker
     from htap.pushdown.planning import JoinedPartition, ReplicaPartition, SourcePartition
-    from htap.replica.snapshot import ReadPlan
+    from htap.replica.read_plans import ReadPlan
 
 # Marker of a table missing when a scan is planned (the catalog's loadTable found it through the
 # bridge, catalog/bridge.py table-schema, which answers a missing table with its exit code).

@@ -34,7 +34,7 @@ from htap.pushdown.datasource import NO_SUCH_TABLE_MARKER, PERMISSION_MARKER, op
 from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route, RoutingError, decide
 from htap.replica.metadata import QUERY_READS_SOURCE, MetadataStore
 from htap.replica.models import TableInfo
-from htap.replica.snapshot import ReadPlan, pin_and_plan, queryable_window, seq_for_time
+from htap.replica.read_plans import ReadPlan, pin_and_plan, queryable_window, seq_for_time
 from htap.rewrite.pushed import Scan
 
 if TYPE_CHECKING:

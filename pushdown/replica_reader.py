@@ -26,7 +26,7 @@ from htap.replica.health import damaged, first_damage
 from htap.replica.merge import current_rows_sql, evolved, versioned_source
 from htap.replica.models import delta_schema
 from htap.pushdown import partials
-from htap.replica.snapshot import ReadPlan
+from htap.replica.read_plans import ReadPlan
 from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
 from htap.rewrite.dialects import REPLICA
@@ -50,7 +50,7 @@ def replica_sql(
 ) -> str:
     """The DuckDB query that reads the versions in `files` (or a registered relation's name) at
     `seq` and applies `plan` (of one scan: this table's). `strategy`, `seq_filter` and `deletes`
-    (see htap.replica.snapshot.ReadPlan) avoid the general per-key merge and filters that cannot
+    (see htap.replica.read_plans.ReadPlan) avoid the general per-key merge and filters that cannot
     drop a row when the deltas' shape allows it. The scan's conjuncts on key columns only are
     applied before the collapse (every version of a key shares them), the others after."""
     (scan,) = plan.scans
@@ -335,7 +335,7 @@ def read_plan(
     pushed: PushedPlan,
     output_schema: pa.Schema,
 ) -> Iterator[pa.RecordBatch]:
-    """`read_replica` for one partition's read plan (htap.replica.snapshot.ReadPlan)."""
+    """`read_replica` for one partition's read plan (htap.replica.read_plans.ReadPlan)."""
     return read_replica(
         warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, pushed, output_schema,
         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,

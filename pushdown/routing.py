@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from htap.errors import HtapError
 from htap.replica.models import TableInfo
-from htap.replica.snapshot import Window
+from htap.replica.read_plans import Window
 
 ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE = "auto", "replica", "source"
 ROUTES = (ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE)

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from htap import engine
 from htap.replica.metadata import MetadataStore
-from htap.replica.snapshot import queryable_window
+from htap.replica.read_plans import queryable_window
 from htap.rewrite import render
 from htap.rewrite.dialects import REPLICA
 from htap.rewrite.pushed import PushedPlan

@@ -1,6 +1,6 @@
 """Leases of Spark queries: taken by the driver, held by the driver, only read by executors.
 
-A read plan (htap.replica.snapshot.ReadPlan) is made on Spark's driver, while the query is
+A read plan (htap.replica.read_plans.ReadPlan) is made on Spark's driver, while the query is
 planned, under a lease of the query's scan (`query_holder`). The driver renews the leases of a
 running query every `pin_ttl_s / 4` and releases them when the query ends (the shim's
 HtapQueryListener and LeaseKeeper, through `python -m htap.catalog.bridge`); the TTL is the
@@ -23,7 +23,7 @@ from typing import Iterator
 
 from htap.errors import ReplicaError
 from htap.replica.metadata import MetadataStore
-from htap.replica.snapshot import ReadPlan, plan_unleased
+from htap.replica.read_plans import ReadPlan, plan_unleased
 
 log = logging.getLogger(__name__)
 

@@ -100,10 +100,10 @@ def current_rows_sql(
 
     `seq_filter=False` (every version in the deltas is inside [floor, seq]) and `deletes=False`
     (no delete version among them) leave out the filters that could not drop a row
-    (htap.replica.snapshot.ReadPlan says why that matters).
+    (htap.replica.read_plans.ReadPlan says why that matters).
 
     This is the relation every read builds on (pushed filters, aggregates and whole pushed
-    queries run over it). `strategy` (htap.replica.snapshot.ReadPlan) avoids the general
+    queries run over it). `strategy` (htap.replica.read_plans.ReadPlan) avoids the general
     per-key merge when the deltas' shape allows it; `key_conditions` are SQL predicates on key
     columns only, applied to every version before the collapse (all versions of a key share them).
     """

@@ -15,7 +15,7 @@ from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import Column, TableInfo, encode_schema
 from htap.replica.partitions import encode_bounds
-from htap.replica.snapshot import plan_reads
+from htap.replica.read_plans import plan_reads
 from htap.rewrite.pushed import PushedPlan, table_plan
 
 SOURCE = "mem"

@@ -202,7 +202,7 @@ def test_mysql_connector_events_without_metadata_through_the_replica_reader(dbz)
     from htap.conf import load_config
     from htap.pushdown.replica_reader import read_replica
     from htap.replica.metadata import MetadataStore
-    from htap.replica.snapshot import pin_and_plan
+    from htap.replica.read_plans import pin_and_plan
     from htap.rewrite.pushed import table_plan
 
     cfg = load_config(ws.config)

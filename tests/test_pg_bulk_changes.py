@@ -102,7 +102,7 @@ def replica(ws) -> list[tuple]:
     from htap.conf import load_config
     from htap.pushdown.replica_reader import read_plan
     from htap.replica.metadata import MetadataStore
-    from htap.replica.snapshot import pin_and_plan
+    from htap.replica.read_plans import pin_and_plan
     from htap.rewrite.pushed import table_plan
 
     cfg = load_config(ws.config)

@@ -29,7 +29,7 @@ from htap.replica.compaction import Policy, collect_garbage, compact_table
 from htap.replica.deltas import table_dir
 from htap.replica.metadata import MetadataStore
 from htap.replica.repartition import SPLIT_ABOVE, Counted, changes, collect_orphans, repartition, repartition_table
-from htap.replica.snapshot import pin_and_plan, plan_reads, queryable_window
+from htap.replica.read_plans import pin_and_plan, plan_reads, queryable_window
 from htap.rewrite.pushed import table_plan
 
 from storage_support import DirectTable, ManualClock

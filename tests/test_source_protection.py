@@ -22,7 +22,7 @@ from htap.ingest.service import SourceIngest
 from htap.pushdown.replica_reader import read_plan
 from htap.pushdown.routing import decide
 from htap.replica.metadata import MetadataStore
-from htap.replica.snapshot import pin_and_plan, queryable_window
+from htap.replica.read_plans import pin_and_plan, queryable_window
 from htap.rewrite.pushed import table_plan
 
 from conftest import normalized, wait_until

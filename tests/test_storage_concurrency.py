@@ -19,7 +19,7 @@ from htap.connectors.changes import UNSET
 from htap.pushdown.replica_reader import read_plan
 from htap.replica.compaction import Policy, collect_garbage, compact_table
 from htap.replica.metadata import MetadataStore
-from htap.replica.snapshot import plan_reads, queryable_window
+from htap.replica.read_plans import plan_reads, queryable_window
 from htap.rewrite.pushed import table_plan
 
 from storage_support import DirectTable, ManualClock

@@ -43,7 +43,7 @@ from htap.replica.leases import kept
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import STATE_UNHEALTHY, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
-from htap.replica.snapshot import ReadPlan, plan_reads, queryable_window
+from htap.replica.read_plans import ReadPlan, plan_reads, queryable_window
 from htap.replica.warehouse import open_warehouse
 from htap.pushdown.spark_types import spark_type
 from htap.rewrite.pushed import Expr, Literal, table_plan

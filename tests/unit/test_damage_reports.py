@@ -19,7 +19,7 @@ from htap.pushdown.datasource import DAMAGE_MARKER, damage_report
 from htap.errors import DamagedReplicaError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import STATE_STREAMING, Column
-from htap.replica.snapshot import ReadPlan
+from htap.replica.read_plans import ReadPlan
 
 
 def setup(tmp: Path) -> tuple[Path, int, int]:

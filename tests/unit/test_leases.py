@@ -20,7 +20,7 @@ from htap.errors import ReplicaError
 from htap.replica.leases import current_plan, query_holder
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import STATE_STREAMING, Column
-from htap.replica.snapshot import pin_and_plan
+from htap.replica.read_plans import pin_and_plan
 
 LEASE_S = 30.0
 

@@ -37,7 +37,7 @@ from htap.replica.merge import evolved, latest_versions_sql, parquet_source, ver
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
 from htap.rewrite import render
 from htap.rewrite.dialects import BREAK_PUSHDOWN_ENV, REPLICA
-from htap.replica.snapshot import ReadPlan
+from htap.replica.read_plans import ReadPlan
 from htap.rewrite.pushed import Node, PushedPlan, Scan, SortKey
 
 KEY = ["k"]
@@ -113,7 +113,7 @@ def run(source, seq, sp, *, floor=None, partial=False, strategy="merge", con=Non
 
 
 def needed_filters(versions: list[dict], seq: int, floor: int | None) -> dict[str, bool]:
-    """What htap.replica.snapshot.plan_reads tells a read of deltas holding `versions`: whether a
+    """What htap.replica.read_plans.plan_reads tells a read of deltas holding `versions`: whether a
     version lies outside [floor, seq], whether one is a delete."""
     return {"seq_filter": any(v[SEQ] > seq or (floor is not None and v[SEQ] < floor) for v in versions),
             "deletes": any(v[OP] == OP_DELETE for v in versions)}

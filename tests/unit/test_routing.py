@@ -8,7 +8,7 @@ from unit_support import make_table
 from htap.errors import HtapError
 from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route, RoutingError, decide
 from htap.replica.models import STATE_CATCHING_UP, STATE_UNHEALTHY
-from htap.replica.snapshot import Window
+from htap.replica.read_plans import Window
 
 NOW = 10_000.0
 WINDOW = Window(50, 100)

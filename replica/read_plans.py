@@ -1,4 +1,6 @@
-"""Snapshots: which seqs of a table are readable, and which deltas a read at one seq needs.
+"""Read plans: which seqs of a table are readable (its queryable window), and which deltas a
+read at one seq needs. (A query's *snapshot* is the one seq all its scans read at: htap.pushdown.planning
+fixes it; this module plans a table's read there.)
 
 The queryable window of a table is [min safe seq, max safe seq]: the max safe seq is the
 newest seq all of whose changes are durable; the min safe seq is the seq the source had reached

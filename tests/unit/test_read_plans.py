@@ -1,4 +1,4 @@
-"""replica/snapshot.py: read strategies, per-partition read plans, the queryable window (with a
+"""replica/read_plans.py: read strategies, per-partition read plans, the queryable window (with a
 fake metadata store: only the three methods these functions call)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from unit_support import cmp, col, in_, make_delta, make_table, op, value
 
 from htap.errors import ReplicaError
 from htap.replica.models import STATE_CATCHING_UP, STATE_UNHEALTHY
-from htap.replica.snapshot import (
+from htap.replica.read_plans import (
     OutsideWindow,
     ReadPlan,
     Window,
