@@ -200,6 +200,7 @@ def _source_table_not_htap(cfg: HtapConfig, source, schema: str, name: str) -> s
 def check_catalog(catalog: str, options: dict) -> int:
     """A Spark catalog's options, checked when Spark initializes it (HtapCatalog.initialize): one
     line naming the option, its value and what it takes, instead of a failed read later."""
+    from htap.pushdown.datasource import parse_read_after
     from htap.pushdown.routing import ROUTES
     from htap.seq import parse_seq
 
@@ -215,6 +216,10 @@ def check_catalog(catalog: str, options: dict) -> int:
             except ConfigError as e:
                 raise ConfigError(f"{prefix}.as_of_seq = {opts['as_of_seq']!r}: give a seq (an integer) or a Postgres"
                                   " LSN like 0/16B3748") from e
+        try:
+            parse_read_after(opts.get("read_after"), opts.get("read_after_timeout_s"))
+        except ConfigError as e:
+            raise ConfigError(f"{prefix}.read_after / read_after_timeout_s: {e}") from e
         if opts.get("password_file"):
             try:
                 open(opts["password_file"]).close()

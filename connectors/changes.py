@@ -287,6 +287,14 @@ class ChangeSource(ABC):
         (None: nothing to report)."""
         return None
 
+    def committed_seq(self) -> int:
+        """The seq of the source's newest commit now: a replica whose max safe seq reaches it
+        holds every change committed before this call (`spark.htap.readAfter = now`)."""
+        raise SourceError(
+            f"source {self.config.name} ({self.config.kind}): readAfter = now is not supported for this kind of"
+            f" source yet; give the seq to read after instead (readAfter = <seq>)"
+        )
+
     def reset_log(self) -> str:
         """The log the replica streamed from is lost (`Retention.lost`): forget it, so that
         `prepare` starts a new one from which the re-copied tables are followed. Returns what was

@@ -610,6 +610,20 @@ class PostgresSource(ChangeSource, QueryableSource):
 
     # --- operations -----------------------------------------------------------------------------
 
+    def committed_seq(self) -> int:
+        """Everything committed so far is seq current - 1 (see PostgresStream.poll's progress);
+        on an idle source the stream's heartbeat moves the safe seq past it within moments."""
+        conn = self._conn()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_current_wal_lsn()::text")
+                (current,) = cur.fetchone()
+        except psycopg2.Error as e:
+            raise SourceError(f"cannot read the position of source {self.config.name}: {_first_line(e)}") from e
+        finally:
+            conn.close()
+        return lsn_to_int(current) - 1
+
     def retention(self, position: int | None = None) -> Retention:
         slot = self.config.slot
         conn = self._conn()

@@ -68,7 +68,15 @@ OPTION_LEASE_OWNER = "lease_owner"  # set by the shim per scan: the driver holds
 # Where executors read the metadata store (read-only), e.g. a Postgres URL of a role with only
 # SELECT; default: the config's replica.metadata. Executors never write it.
 OPTION_EXECUTOR_METADATA = "executor_metadata"
+# Read after a source position (spark.htap.readAfter, or a catalog option): `now` (the source's
+# newest commit when the query is planned) or a seq; planning waits up to the timeout (seconds)
+# for the replica to cover it (htap.pushdown.planning).
+OPTION_READ_AFTER = "read_after"
+OPTION_READ_AFTER_TIMEOUT = "read_after_timeout_s"
+READ_AFTER_NOW = "now"
+READ_AFTER_TIMEOUT_S = 10.0
 OPTIONS = (
+    OPTION_READ_AFTER, OPTION_READ_AFTER_TIMEOUT,
     OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_ROUTE, OPTION_USER,
     OPTION_AS_OF_VERSION, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME, OPTION_SOURCE_SNAPSHOT,
     OPTION_SNAPSHOT_TOKEN, OPTION_SNAPSHOT_TABLES, OPTION_LEASE_OWNER, OPTION_EXECUTOR_METADATA,
@@ -96,6 +104,8 @@ class ScanOptions:
     executor_metadata: str | None = None
     password: str | None = field(default=None, repr=False)
     password_file: str | None = None
+    read_after: int | str | None = None  # a seq, or READ_AFTER_NOW
+    read_after_timeout_s: float = READ_AFTER_TIMEOUT_S
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ScanOptions":
@@ -117,7 +127,10 @@ class ScanOptions:
             as_of_time = float(opts[OPTION_AS_OF_TIME]) if opts.get(OPTION_AS_OF_TIME) else None
         except ValueError as e:
             raise ConfigError(f"TIMESTAMP AS OF: {e}") from e
+        read_after, timeout = parse_read_after(opts.get(OPTION_READ_AFTER), opts.get(OPTION_READ_AFTER_TIMEOUT))
         return cls(
+            read_after=read_after,
+            read_after_timeout_s=timeout,
             config=opts.get(OPTION_CONFIG),
             source=opts.get(OPTION_SOURCE),
             schema=schema,
@@ -147,6 +160,30 @@ class ScanOptions:
             return reader_role(cfg, source, creds)
         except AccessError as e:
             raise PermissionError(f"{PERMISSION_MARKER}: {e}") from None
+
+
+def parse_read_after(value: str | None, timeout: str | None) -> tuple[int | str | None, float]:
+    """`readAfter` (now, or a seq: an integer or a Postgres LSN) and its timeout in seconds."""
+    read_after: int | str | None = None
+    if value is not None and value.strip():
+        text = value.strip()
+        if text.lower() == READ_AFTER_NOW:
+            read_after = READ_AFTER_NOW
+        else:
+            try:
+                read_after = parse_seq(text)
+            except ConfigError as e:
+                raise ConfigError(f"readAfter = {value!r}: use `now` or a seq (an integer, or a Postgres LSN like"
+                                  " 0/16B3748)") from e
+    seconds = READ_AFTER_TIMEOUT_S
+    if timeout is not None and timeout.strip():
+        try:
+            seconds = float(timeout)
+        except ValueError:
+            seconds = -1.0
+        if not seconds >= 0:
+            raise ConfigError(f"readAfterTimeoutSeconds = {timeout!r}: give a number of seconds, 0 or more")
+    return read_after, seconds
 
 
 def open_scan(opts: ScanOptions):

@@ -52,7 +52,8 @@ class ScanRequest:
     source_snapshot: str | None = None  # given by the caller (the verifier)
     snapshot_token: str | None = None  # the query's, from the snapshot strategy
     snapshot_tables: tuple[str, ...] = ()  # the query's HTAP tables, catalog.schema.table
-    warehouse_problem: str | None = None  # why the warehouse cannot be read now (Warehouse.unreachable)
+    warehouse_problem: str | None = None  # why the replica cannot be read now (unreachable, behind readAfter)
+    note: str | None = None  # added to the routing record's reason (what readAfter asked, how long it waited)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ def plan_scans(
                 if len(seqs) > 1:  # lone scans (no query snapshot) of several tables: their common seq
                     common = min(seqs)
                     routed = [(Route(route.target, common, route.reason), s) for route, s in routed]
+                notes = [r.note for r in reqs]
+                routed = [(Route(route.target, route.seq, f"{route.reason}; {note}") if note else route, s)
+                          for (route, s), note in zip(routed, notes)]
                 plans = []
                 recorded = set()
                 for table, (route, snapshot), scan in zip(tables, routed, scans):
@@ -177,17 +181,7 @@ def _route(
 
 def _fix_query_snapshot(store: MetadataStore, req: ScanRequest, window_s: float, now: float, exported: str | None) -> int:
     """The first scan of a query on a source: where every table of that source in the query reads."""
-    tables = []
-    for name in req.snapshot_tables:
-        parts = name.split(".")
-        if len(parts) < 2:
-            continue
-        try:
-            tables.append(store.get_table(req.source, parts[-2], parts[-1]))
-        except NoSuchTableError:
-            continue  # a table of another catalog or source
-    if not any(t.schema == req.schema and t.name == req.table for t in tables):
-        tables.append(store.get_table(req.source, req.schema, req.table))
+    tables = query_tables(store, req.source, req.snapshot_tables, [(req.schema, req.table)])
     seqs = [t.max_safe_seq for t in tables if t.readable and not t.failover]
     candidate = min(seqs) if seqs else None
     routes = [decide(t, queryable_window(store, t, window_s), now, mode=req.mode, snapshot=candidate,
@@ -200,6 +194,58 @@ def _fix_query_snapshot(store: MetadataStore, req: ScanRequest, window_s: float,
         raise _NeedsExport()
     store.fix_query_source_snapshot(req.snapshot_token, req.source, snapshot)
     return store.fixed_query_snapshot(req.snapshot_token, req.source)  # another scan may have been first
+
+
+def query_tables(store: MetadataStore, source: str, names: tuple[str, ...], own: list[tuple[str, str]]) -> list[TableInfo]:
+    """The query's HTAP tables of `source` (`names`: catalog.schema.table, from the snapshot
+    strategy; tables of other catalogs or sources skipped) and the scan's own (schema, name)."""
+    tables = []
+    for name in names:
+        parts = name.split(".")
+        if len(parts) < 2:
+            continue
+        try:
+            tables.append(store.get_table(source, parts[-2], parts[-1]))
+        except NoSuchTableError:
+            continue  # a table of another catalog or source
+    for schema, name in own:
+        if not any(t.schema == schema and t.name == name for t in tables):
+            tables.append(store.get_table(source, schema, name))
+    return tables
+
+
+def await_read_after(
+    store: MetadataStore, source, opts: "ScanOptions", own: list[tuple[str, str]],
+    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+) -> tuple[str | None, str | None]:
+    """`readAfter`: wait until every table of the query on this source that reads the replica
+    has a max safe seq at or past the position asked (`now`: the source's newest commit, asked
+    here), at most `opts.read_after_timeout_s`. Returns (why the replica cannot serve the query,
+    or None; a note for the routing record). Only the query's first scan on the source waits:
+    a later one finds the query's snapshot fixed, at or past the position. Outside any metadata
+    transaction (it polls the store, a read per poll)."""
+    if opts.read_after is None:
+        return None, None
+    if opts.snapshot_token and store.fixed_query_snapshot(opts.snapshot_token, source.name) is not None:
+        return None, None
+    from htap.connectors.registry import open_source
+    from htap.pushdown.datasource import READ_AFTER_NOW
+
+    asked = "now" if opts.read_after == READ_AFTER_NOW else "a seq"
+    target = open_source(source).committed_seq() if opts.read_after == READ_AFTER_NOW else int(opts.read_after)
+    start = clock()
+    while True:
+        tables = query_tables(store, source.name, opts.snapshot_tables, own)
+        behind = [t for t in tables if t.readable and not t.failover and (t.max_safe_seq or 0) < target]
+        waited = clock() - start
+        if not behind:
+            return None, f"read after seq {target} ({asked}): planning waited {waited:.3f} s"
+        if waited >= opts.read_after_timeout_s:
+            t = behind[0]
+            return (f"the replica is behind the seq the query must read after: {t.qualified_name} is at seq"
+                    f" {t.max_safe_seq}, {target - (t.max_safe_seq or 0)} short of {target} (readAfter = {asked}) after"
+                    f" {waited:.1f} s (spark.htap.readAfterTimeoutSeconds = {opts.read_after_timeout_s:g})"), None
+        sleep(0.02)
 
 
 # --- the read as tasks ---------------------------------------------------------------------
@@ -299,11 +345,15 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
         problem = open_warehouse(cfg).unreachable()
+        note = None
+        if problem is None and opts.as_of_seq is None and opts.as_of_time is None and opts.route != ROUTE_SOURCE:
+            problem, note = await_read_after(store, source, opts, [(t.schema, t.name) for t in tables])
         requests = [
             ScanRequest(
                 source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
                 as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot,
                 snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables, warehouse_problem=problem,
+                note=note,
             )
             for t in tables
         ]

@@ -132,6 +132,11 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
     this.absorbedBy = scan;
   }
 
+  /** `now` or a seq: the query reads a replica at or past the source's position then. */
+  static final String READ_AFTER_CONF = "spark.htap.readAfter";
+  /** Seconds planning waits for the replica to reach that position (default 10). */
+  static final String READ_AFTER_TIMEOUT_CONF = "spark.htap.readAfterTimeoutSeconds";
+
   /** Spark's own Python scan, built on first use with the final options. */
   private synchronized Scan python() {
     if (python == null) {
@@ -141,6 +146,12 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
         all.put("snapshot_tables", snapshotTables);
       }
       all.put("lease_owner", leaseOwner);
+      // Read after a source position, per session (over the catalog's option): planning waits
+      // until the replica covers it (htap.pushdown.planning.await_read_after).
+      String readAfter = SQLConf.get().getConfString(READ_AFTER_CONF, null);
+      if (readAfter != null && !readAfter.isBlank()) all.put("read_after", readAfter);
+      String timeout = SQLConf.get().getConfString(READ_AFTER_TIMEOUT_CONF, null);
+      if (timeout != null && !timeout.isBlank()) all.put("read_after_timeout_s", timeout);
       // A fresh Python data source per scan: Spark caches the Python reader on it, and the
       // reader carries this scan's pushed plan and snapshot.
       // Its Python instance pickled here, not by a Python worker round trip (PickledDataSource).
