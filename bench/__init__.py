@@ -1,1 +1,1 @@
-"""Benchmarks of spark-htap against what users would use instead (issue 7); see README "Benchmarks"."""
+"""Benchmarks of spark-htap against what users would use instead (issue 7); see the docs' "Benchmarks" pages."""

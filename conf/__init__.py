@@ -508,15 +508,15 @@ def _check_keys(section: dict, known: set[str], path: Path, prefix: str) -> None
 
 def render_config(source_name: str, dsn: str, warehouse: str = "warehouse", kind: str = "postgres") -> str:
     """The text `htap init` writes: every key with its default and what it means."""
-    lines = ["# spark-htap configuration (see README). Tables are added with `htap tables add`.", "", "[replica]"]
+    lines = ["# spark-htap configuration (docs: reference/configuration). Tables are added with `htap tables add`.", "", "[replica]"]
     for key, (default, doc) in REPLICA_KEYS.items():
         value = warehouse if key == "warehouse" else default
         if key == "metadata" or (key in OBJECT_STORE_KEYS and not is_url(warehouse)):
             lines.append(f"# {key} = {_toml_value(value)}  # {doc}")
             continue
         lines.append(f"{key} = {_toml_value(value)}  # {doc}")
-    lines += _commented_section("service  # how `htap serve` is watched (README: Operations)", SERVICE_KEYS)
-    lines += _commented_section("access  # who may read through Spark (README: Access on a shared cluster)", ACCESS_KEYS)
+    lines += _commented_section("service  # how `htap serve` is watched (docs: Operations)", SERVICE_KEYS)
+    lines += _commented_section("access  # who may read through Spark (docs: Operations, Access on a shared cluster)", ACCESS_KEYS)
     lines += ["", f"[sources.{_toml_key(source_name)}]", f"kind = {_toml_value(kind)}"]
     if kind not in CONFIG_CLASSES:
         raise ConfigError(f"kind {kind!r} is not supported; use one of {SOURCE_KINDS}")

@@ -3,7 +3,7 @@
 Through ADBC's Postgres driver (`adbc-driver-postgresql`: libpq, `COPY ... TO STDOUT (FORMAT
 binary)` decoded in C++ into Arrow). Binary COPY frames every value with its length, so no value
 (text with newlines, quotes, backslashes — also as a key) can split or merge rows, which CSV
-parsed in blocks could (issue 11). Measured against the CSV path it replaced: see the README
+parsed in blocks could (issue 11). Measured against the CSV path it replaced: see the docs
 (Benchmarks, initial copy).
 
 How each column travels, by its replica type:

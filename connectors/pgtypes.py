@@ -7,7 +7,7 @@ vectorized pass per column per checkpoint, so the hot path never converts values
 in Python. Sessions that produce text use TimeZone=UTC, DateStyle=ISO, extra_float_digits=3
 and IntervalStyle=iso_8601 (`SESSION_SETTINGS`), which makes the formats below exact.
 
-Fates (the README's type table says the same):
+Fates (the docs' Types reference says the same):
 
 - integers, boolean, text types, uuid, json, jsonb, time, interval, inet, bytea: exact.
 - real / double precision: exact, including NaN, +-Infinity and -0.0.

@@ -3,7 +3,7 @@ independently of spark-htap (no code of the product on this path).
 
 The copy is read in one REPEATABLE READ transaction (one snapshot for all tables) after the last
 change batch has reached the replica, so it holds exactly the rows the replica holds. Postgres
-values without a Spark counterpart get spark-htap's documented fate (README, Types): numeric NaN
+values without a Spark counterpart get spark-htap's documented fate (docs: Types reference): numeric NaN
 -> NULL, 'infinity' dates and timestamps -> 9999-12-31 (23:59:59.999999), '-infinity' ->
 0001-01-01. Each table is registered in Spark's session catalog with the Spark types the HTAP
 catalog exposes, except that char(n) is Spark's CHAR(n): the intended semantics (read-side

@@ -85,7 +85,7 @@ def check_retention(cfg: HtapConfig, name: str, retention: Retention, warned: se
     conditions = {
         "over": (over, lambda: log.warning(
             "source %s: %s retains %d bytes of log for the replica, more than service.retained_wal_warning_bytes = %d "
-            "(%s); if the replica cannot catch up, cap it with max_slot_wal_keep_size (see README, Operations)",
+            "(%s); if the replica cannot catch up, cap it with max_slot_wal_keep_size (see the docs, Operations)",
             name, retention.what, retention.retained_bytes, limit, retention.state or "")),
         "unreserved": (retention.state == "unreserved", lambda: log.warning("source %s: %s", name, retention.note)),
         "lost": (bool(retention.lost), lambda: log.error(

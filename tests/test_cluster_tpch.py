@@ -16,7 +16,7 @@ S3 server; each result must equal the same query run by Postgres. Then `htap ser
 
 Postgres is quiet while results are compared (the test makes every change itself), so "the
 answer at the same snapshot" is the answer Postgres gives when asked. The scale factor is
-HTAP_TEST_TPCH_SF (default 0.01, so CI stays within minutes; the README reports a run at 0.1).
+HTAP_TEST_TPCH_SF (default 0.01, so CI stays within minutes; the docs report a run at 0.1).
 """
 
 from __future__ import annotations

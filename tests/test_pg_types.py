@@ -1,5 +1,5 @@
-"""Issue 11: every legal Postgres value has a defined fate. A table with every type the README
-lists and their special values (NaN, +-Infinity, -0.0, infinite and BC dates, arrays with
+"""Issue 11: every legal Postgres value has a defined fate. A table with every type the docs'
+Types reference lists and their special values (NaN, +-Infinity, -0.0, infinite and BC dates, arrays with
 NULLs, quotes and bounds), copied and streamed, reads through Spark (route=replica) equal to
 Postgres value by value — with the documented mappings applied on the Postgres side; a type no
 replica type holds is refused at `tables add`, naming the column and the way out.
@@ -75,7 +75,7 @@ def insert_rows(ws, table: str, first_id: int) -> None:
 
 
 def _fate(col: str, typ: str) -> str:
-    """Postgres SQL for what Spark must return for a column (see the README's type table)."""
+    """Postgres SQL for what Spark must return for a column (see the docs' Types reference)."""
     c = col
     days = "({x} - DATE '1970-01-01')"
     micros = "(extract(epoch FROM {x}) * 1000000)::bigint"
