@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable
 from pyspark.sql.datasource import InputPartition
 
 from htap.errors import HtapError, NoSuchTableError
-from htap.pushdown.datasource import NO_SUCH_TABLE_MARKER, PERMISSION_MARKER, open_scan
+from htap.pushdown.datasource import NO_SUCH_TABLE_MARKER, PERMISSION_MARKER, READ_AFTER_NOW, open_scan
 from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route, RoutingError, decide
 from htap.replica.metadata import QUERY_READS_SOURCE, MetadataStore
 from htap.replica.models import TableInfo
@@ -229,7 +229,6 @@ def await_read_after(
     if opts.snapshot_token and store.fixed_query_snapshot(opts.snapshot_token, source.name) is not None:
         return None, None
     from htap.connectors.registry import open_source
-    from htap.pushdown.datasource import READ_AFTER_NOW
 
     asked = "now" if opts.read_after == READ_AFTER_NOW else "a seq"
     target = open_source(source).committed_seq() if opts.read_after == READ_AFTER_NOW else int(opts.read_after)
