@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections import deque
 import re
 import select
 import struct
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 from typing import Iterator
 
@@ -30,9 +30,6 @@ from sqlglot import exp
 
 from htap.conf import SourceConfig
 from htap.connectors import pgcopy, pgoutput
-from htap.connectors.pgheartbeat import Heartbeat
-from htap.connectors.pgstreaming import StreamedTxn
-from htap.connectors.pgwal import WalConnection, WalError
 from htap.connectors.changes import (
     Begin,
     ChangeSource,
@@ -46,7 +43,10 @@ from htap.connectors.changes import (
     RowChange,
     Truncate,
 )
+from htap.connectors.pgheartbeat import Heartbeat
+from htap.connectors.pgstreaming import StreamedTxn
 from htap.connectors.pgtypes import SESSION_SETTINGS, arrow_type, decode_text_column, replica_value_sql
+from htap.connectors.pgwal import WalConnection, WalError
 from htap.connectors.queryable import QueryableSource, SourceSnapshot
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import AccessError, NoSuchTableError, SourceError, TableError

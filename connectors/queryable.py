@@ -24,7 +24,6 @@ from htap.errors import AccessError, HtapError, SourceError
 from htap.rewrite import dialects, render
 from htap.rewrite.pushed import PushedPlan, Scan
 
-
 # The column of `QueryableSource.render_rows` that says which scan a row is of.
 SCAN_TAG = "__scan"
 

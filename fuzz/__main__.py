@@ -6,7 +6,10 @@ replica has them, copies the same rows to Parquet for the oracle, then runs N ra
 three ways (replica route, source route, plain Spark over Parquet) and reports every difference,
 shrunk. Progress goes to stderr; the report to stdout, its last line
 
-    fuzz: N queries, M mismatches, E one-sided errors, P% fully pushed
+    fuzz: N queries, M mismatches, E one-sided errors, K nondeterministic in plain Spark (not compared),
+          P% fully pushed
+
+(K: queries whose plain-Spark answer changes when Spark reads the same rows in another order.)
 
 The exit code is 1 when there was any mismatch or one-sided error.
 """
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             replica={t: f"rep.public.{t}" for t in names},
             source={t: f"src.public.{t}" for t in names},
             oracle=copy.refs,
+            oracle_reordered=copy.reordered_refs,
         )
         for line in oracle.type_differences(spark, schema, targets.replica, copy):
             log(f"fuzz: type differs: {line}")

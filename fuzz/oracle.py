@@ -28,6 +28,17 @@ class Oracle:
     database: str
     refs: dict[str, str]  # table name -> Spark name (`database`.`table`)
     rows: dict[str, int]
+    # the same rows in another physical order (reversed, two files), in `database`_reordered: a
+    # query whose plain-Spark answer changes with the order of the rows is one Spark itself answers
+    # nondeterministically, and no comparison with it says anything
+    reordered_refs: dict[str, str]
+
+    def drop(self, spark) -> None:
+        for db in (self.database, self.database + REORDERED):
+            spark.sql(f"DROP DATABASE IF EXISTS {db} CASCADE")
+
+
+REORDERED = "_reordered"
 
 
 def _select(c: Column) -> str:
@@ -67,21 +78,39 @@ def read(dsn: str, pg_schema: str, schema: Schema) -> dict[str, pa.Table]:
 
 
 def build(spark, dsn: str, pg_schema: str, schema: Schema, out_dir: Path, database: str) -> Oracle:
-    """Write the Parquet copy under `out_dir` and register it as `database`.<table> in Spark's
-    session catalog (database dropped and created afresh)."""
+    """Write the Parquet copies under `out_dir` and register them as `database`.<table> and
+    `database`_reordered.<table> in Spark's session catalog (databases dropped and created afresh)."""
     tables = read(dsn, pg_schema, schema)
+    refs = _register(spark, schema, tables, Path(out_dir).resolve() / "ordered", database, reverse=False)
+    reordered = _register(spark, schema, tables, Path(out_dir).resolve() / "reordered", database + REORDERED,
+                          reverse=True)
+    return Oracle(database, refs, {name: tbl.num_rows for name, tbl in tables.items()}, reordered)
+
+
+def _register(spark, schema: Schema, tables: dict[str, pa.Table], out_dir: Path, database: str,
+              reverse: bool) -> dict[str, str]:
+    """One copy: a Parquet folder per table (the rows as read, or reversed and split in two files,
+    so Spark reads them in another order and in two partitions), registered as `database`.<table>."""
     spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
-    spark.sql(f"CREATE DATABASE {database} LOCATION '{Path(out_dir).resolve() / (database + '.db')}'")
+    spark.sql(f"CREATE DATABASE {database} LOCATION '{out_dir / (database + '.db')}'")
     refs = {}
     for t in schema.tables:
-        folder = Path(out_dir).resolve() / t.name
+        folder = out_dir / t.name
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        pq.write_table(tables[t.name], folder / "part-0.parquet")
+        rows = tables[t.name]
+        if reverse:
+            rows = rows.take(list(range(rows.num_rows - 1, -1, -1)))
+            half = rows.num_rows // 2
+            parts = [rows.slice(0, half), rows.slice(half)]
+        else:
+            parts = [rows]
+        for i, part in enumerate(parts):
+            pq.write_table(part, folder / f"part-{i}.parquet")
         cols = ", ".join(f"{c.name} {c.type.spark}" for c in t.columns)
         refs[t.name] = f"{database}.{t.name}"
         spark.sql(f"CREATE TABLE {refs[t.name]} ({cols}) USING parquet LOCATION '{folder}'")
-    return Oracle(database, refs, {name: tbl.num_rows for name, tbl in tables.items()})
+    return refs
 
 
 def type_differences(spark, schema: Schema, htap_refs: dict[str, str], oracle: Oracle) -> list[str]:

@@ -1,6 +1,6 @@
 """Read-your-writes (issue 28 item 1): `spark.htap.readAfter = now | <seq>` makes a query read a
 replica that covers the source's position when the query is planned (`now`: Postgres'
-`pg_current_wal_lsn()`), waiting for it up to `spark.htap.readAfterTimeoutSeconds`; past that, a
+`pg_current_wal_lsn()`, MySQL/MariaDB's binlog end), waiting for it up to `spark.htap.readAfterTimeoutSeconds`; past that, a
 `route=replica` catalog fails with how far behind the replica is, and `auto` reads the source.
 The routing record says what was asked and how long planning waited."""
 
@@ -53,6 +53,28 @@ def test_a_query_with_read_after_now_sees_the_write_committed_just_before(worksp
         spark.conf.set(READ_AFTER, str(seq))
         assert spark.sql(f"SELECT count(*) FROM {catalog}.{notes}").collect()[0][0] == 16
         assert f"read after seq {seq} (a seq)" in last_scan(ws, "notes").reason
+    finally:
+        spark.conf.unset(READ_AFTER)
+
+
+def test_read_after_now_on_mariadb_sees_the_write_committed_just_before(my_workspace, spark, my_catalog):
+    """MariaDB: `now` is the binlog's end (the newest commit event's end, which is its seq)."""
+    ws = my_workspace
+    t = f"{ws.schema}.notes"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, body varchar(40)) ENGINE=InnoDB")
+    ws.sql(f"INSERT INTO {t} SELECT seq, concat('n', seq) FROM seq_1_to_10")
+    ws.htap("tables", "add", t)
+    ws.start_service()
+    ws.wait_readable("notes")
+    spark.conf.set(READ_AFTER, "now")
+    try:
+        for i in range(100, 104):
+            ws.sql(f"INSERT INTO {t} VALUES ({i}, 'written {i}')")
+            ws.sql(f"UPDATE {t} SET body = 'changed {i}' WHERE id = 1")
+            rows = spark.sql(f"SELECT id, body FROM {my_catalog}.{t} WHERE id IN (1, {i}) ORDER BY id").collect()
+            assert [tuple(r) for r in rows] == [(1, f"changed {i}"), (i, f"written {i}")]
+            scan = last_scan(ws, "notes")
+            assert scan.route == "replica" and "read after seq" in scan.reason and "(now)" in scan.reason, scan
     finally:
         spark.conf.unset(READ_AFTER)
 

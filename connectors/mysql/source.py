@@ -18,13 +18,20 @@ from htap.connectors.changes import (
     ChangeStream,
     Retention,
 )
-from htap.connectors.queryable import QueryableSource
-from htap.connectors.mysql.server import check_cdc_ready, connect, describe_table, error_message, server_is_mariadb
+from htap.connectors.mysql.server import (
+    check_cdc_ready,
+    connect,
+    describe_table,
+    error_message,
+    master_position,
+    server_is_mariadb,
+)
 from htap.connectors.mysql.snapshot import copy_chunks, open_snapshot
 from htap.connectors.mysql.stream import MySQLStream
+from htap.connectors.queryable import QueryableSource
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import SourceError
-from htap.seq import binlog_file_index, binlog_parts, format_binlog
+from htap.seq import binlog_file_index, binlog_parts, binlog_seq, format_binlog
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +113,17 @@ class MySQLSource(ChangeSource):
         return MySQLStream(self.config, from_seq, tables)
 
     # --- operations -----------------------------------------------------------------------------
+
+    def committed_seq(self) -> int:
+        """The binlog's end now: the end of the newest commit event, which is that commit's seq
+        (an idle server's heartbeats, every HEARTBEAT_S, carry the stream's position there)."""
+        conn = self._conn()
+        try:
+            return binlog_seq(*master_position(conn))
+        except pymysql.err.MySQLError as e:
+            raise SourceError(f"cannot read the binlog position of source {self.config.name}: {error_message(e)}") from e
+        finally:
+            conn.close()
 
     def retention(self, position: int | None = None) -> Retention:
         """The binlog the replica has yet to read (the server keeps binlogs by its own expiry,
