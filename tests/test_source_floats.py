@@ -29,6 +29,9 @@ QUERIES = [
     ("SELECT g, sum(a * b), sum(c), count(*) FROM {t} GROUP BY g", True, True),
     ("SELECT id FROM {t} WHERE a * b > 1 OR a * b < -1", True, True),
     ("SELECT sum(b * c), max(a * c) FROM {t} WHERE g IN (1, 3, 6)", True, True),
+    # two DISTINCT aggregates beside an AVG (Spark's Expand): DuckDB scans the one scan's rows
+    # twice, so they cannot be a stream (fuzz seed 21 query 1)
+    ("SELECT g, avg(id), count(DISTINCT id), sum(DISTINCT c) FROM {t} GROUP BY g", True, True),
     ("SELECT x.g, sum(x.a * y.b), max(x.c / y.b), count(*) FROM {t} x JOIN {t} y ON x.id = y.id + 1 GROUP BY x.g",
      True, False),
     ("SELECT x.id, x.a * y.b, x.c / y.b FROM {t} x JOIN {t} y ON x.id = y.id + 1", False, False),
