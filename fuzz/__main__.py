@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="run this query (tables named as in the report: t0, t1, ...) three ways over the seed's tables "
                         "and print the results, instead of random queries (repeatable)")
     p.add_argument("--explain", action="store_true", help="with --sql: print the replica route's EXPLAIN too")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for every side (repeatable), e.g. spark.sql.adaptive.enabled=false")
+    p.add_argument("--full-errors", action="store_true", help="with --sql: print each error's whole text (stacks)")
     return p.parse_args(argv)
 
 
@@ -74,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             f"({time.monotonic() - started:.0f} s)")
         spark = spark_session("fz", env.config, **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("FATAL")  # failing queries are reported, not logged
+        for setting in args.conf:
+            key, _, value = setting.partition("=")
+            spark.conf.set(key.strip(), value.strip())
         for name, route in (("rep", "replica"), ("src", "source")):
             spark.conf.set(f"spark.sql.catalog.{name}", "io.sparkhtap.HtapCatalog")
             spark.conf.set(f"spark.sql.catalog.{name}.config", str(env.config))
@@ -128,6 +134,10 @@ def run_given(spark, schema, targets, args: argparse.Namespace) -> int:
             print(f"=== {out.kind.upper()}: {text}\n  " + outcome_text(out).replace("\n", "\n  "))
             if out.kind == "ok" and out.results["replica"].table.rows:
                 print("  rows (replica, first 5): " + "; ".join(map(repr, out.results["replica"].table.rows[:5])))
+            if args.full_errors:
+                for side, r in out.results.items():
+                    if not r.ok:
+                        print(f"  {side} error, in full:\n    " + (r.error_detail or "").replace("\n", "\n    "))
             if args.explain:
                 plan = spark.sql("EXPLAIN " + q.text(targets.replica)).collect()[0][0]
                 print("  replica plan:\n    " + plan.replace("\n", "\n    "))

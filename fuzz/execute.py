@@ -23,6 +23,7 @@ class Result:
     table: Table | None = None
     error: str | None = None
     error_key: str | None = None
+    error_detail: str | None = None  # the whole error text (`--sql ... --full-errors` prints it)
     seconds: float = 0.0
     pushed: bool | None = None  # replica route only: one HtapScan and nothing else in Spark
     left_in_spark: list[str] = field(default_factory=list)
@@ -99,7 +100,7 @@ def run(spark, text: str, timeout_s: float, inspect_plan: bool = False) -> Resul
         if fired.is_set():
             res = Result(error=f"timeout: cancelled after {timeout_s:.0f} s", error_key="TIMEOUT")
         else:
-            res = Result(error=short_error(e), error_key=error_key(e))
+            res = Result(error=short_error(e), error_key=error_key(e), error_detail=str(e))
     finally:
         timer.cancel()
     res.seconds = time.perf_counter() - started

@@ -6,8 +6,9 @@ dataType of Sum unchanged"). A partial sum that needs more integer digits than p
 overflow that cast (an error in ANSI mode, NULL otherwise), although Spark's own SUM, which
 accumulates in DECIMAL(p + 10, s), gets it right. So the shim reports a pushed decimal SUM as
 DECIMAL(p, s), and a partial sum too large for it is handed to Spark as several rows of the same
-group, each within DECIMAL(p, s), whose other aggregates are neutral (COUNT 0, SUM 0, MIN/MAX
-NULL): Spark's final aggregation adds them up exactly as its own SUM would. The usual case — no
+group, each within DECIMAL(p, s), whose other aggregates are neutral (COUNT 0, SUM/MIN/MAX NULL:
+a SUM's neutral is NULL, not 0, or a group whose other SUM is NULL — no non-NULL input — would
+sum to 0): Spark's final aggregation adds them up exactly as its own SUM would. The usual case — no
 partial sum out of range — costs one vectorized comparison per batch.
 """
 
@@ -20,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from htap.rewrite.pushed import PushedPlan
-
 
 EXACT = decimal.Context(prec=80)  # Python's default context rounds to 28 digits
 
@@ -76,17 +76,12 @@ def _largest(t: pa.Decimal128Type) -> decimal.Decimal:
 def _split(rows: pa.RecordBatch, plan: PushedPlan, output: pa.Schema, positions: list[int]) -> list[pa.Array]:
     """The (few) rows with a partial sum out of range, as rows that fit (one Python step per
     such group, never per table row): the group's keys in every row, neutral values (COUNT 0,
-    SUM 0, MIN/MAX NULL) for its other aggregates in the added rows."""
+    SUM/MIN/MAX NULL) for its other aggregates in the added rows."""
     neutral: dict[int, object] = {}
     for i, (_name, e) in enumerate(plan.partial_aggregate().exprs):
         if e.form != "agg":
             continue  # a grouping column: kept
-        if e.name in ("count", "count_star"):
-            neutral[i] = 0
-        elif e.name == "sum":
-            neutral[i] = decimal.Decimal(0) if pa.types.is_decimal(output.field(i).type) else 0
-        else:
-            neutral[i] = None
+        neutral[i] = 0 if e.name in ("count", "count_star") else None
     out: list[list] = []
     with decimal.localcontext(EXACT):
         _split_rows(rows, output, positions, neutral, out)
