@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             f"({time.monotonic() - started:.0f} s)")
         spark = spark_session("fz", env.config, **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("FATAL")  # failing queries are reported, not logged
+        for key, value in oracle.SPARK_SETTINGS.items():
+            spark.conf.set(key, value)
         for setting in args.conf:
             key, _, value = setting.partition("=")
             spark.conf.set(key.strip(), value.strip())

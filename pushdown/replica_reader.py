@@ -21,11 +21,11 @@ from sqlglot import exp
 
 from htap import engine
 from htap.errors import InternalQueryError
+from htap.pushdown import partials
 from htap.replica import dv
 from htap.replica.health import damaged, first_damage
 from htap.replica.merge import current_rows_sql, evolved, versioned_source
 from htap.replica.models import delta_schema
-from htap.pushdown import partials
 from htap.replica.read_plans import ReadPlan
 from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render

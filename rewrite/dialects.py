@@ -42,7 +42,6 @@ from sqlglot.dialects.duckdb import DuckDB
 
 from htap.rewrite.pushed import Expr, PlanError, PushedPlan
 
-
 # Test switch, never set in use: `1` makes every `<` the replica's SQL holds a `<=`, a wrong
 # pushdown that `htap verify replay` must catch (tests/test_verify_replay.py). In the replica's
 # dialect, which every replica query is written in: it reaches every pushed path (a scan's

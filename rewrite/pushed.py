@@ -129,6 +129,11 @@ class Expr:
             out |= a.columns()
         return out
 
+    def aggregates(self) -> bool:
+        """Whether an aggregate function appears in this expression's own scope."""
+        return self.form == "agg" or any(
+            a.aggregates() for a in (*self.args, *self.partition_by, *(k.expr for k in self.order_by)))
+
     def subqueries(self) -> list["Node"]:
         out = [self.plan] if self.form == "subquery" and self.plan is not None else []
         for a in (*self.args, *self.partition_by, *(k.expr for k in self.order_by)):

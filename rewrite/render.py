@@ -481,8 +481,14 @@ class _Renderer:
         source = self.query(child).subquery(self.alias(), copy=False)
         if op == "aggregate":
             outputs = [self.expr(e, partial=node.partial).as_(n, quoted=True) for n, e in node.exprs]
-            if not outputs and not node.group_by:  # only the one row of a global aggregate
-                outputs = [exp.Count(this=exp.Star()).as_(ROW, quoted=True)]
+            if not node.group_by and not any(e.aggregates() for _n, e in node.exprs):
+                # a global aggregate is one row, whatever its input: with no aggregate function
+                # (constants only, e.g. what is left of an outer join's side that never
+                # matches: fuzz seed 21 query 407) SQL would give a row per input row
+                counted = _select([exp.Count(this=exp.Star()).as_(ROW, quoted=True)]).from_(source, copy=False)
+                if not outputs:
+                    return counted
+                source = counted.subquery(self.alias(), copy=False)
             q = _select(outputs).from_(source, copy=False)
             if node.group_by:
                 q = q.group_by(*(self.group_key(g) for g in node.group_by), copy=False)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 from htap.rewrite.dialects import plan_computes_floats
 from htap.rewrite.pushed import PushedPlan
 

@@ -520,6 +520,15 @@ def test_aggregates_without_group_by_return_one_row_even_when_nothing_matches(co
     assert run(con, plan) == [(0, None)]
 
 
+def test_a_global_aggregate_of_constants_only_is_one_row(con):
+    # What Spark leaves of `t RIGHT JOIN (SELECT SUM(..) ...) ON <never true>` once the SUM is pruned:
+    # an aggregate with no grouping and no aggregate function is still one row (fuzz seed 21 query 407).
+    constant = Expr.literal(Literal("null", None), "int")
+    plan = one_scan(["id"], aggregate=[("c1", constant)], partial=False, split=None)
+    assert run(con, plan) == [(None,)]
+    assert run(con, one_scan(["id"], aggregate=[], partial=False, split=None)) == [(len(ROWS),)]
+
+
 def test_group_by_without_aggregates_is_distinct_groups(con):
     assert sorted(run(con, aggregate([("b", c("b"))], [])), key=repr) == sorted([(True,), (False,), (None,)], key=repr)
 

@@ -16,6 +16,7 @@ import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
@@ -27,6 +28,7 @@ import org.apache.spark.sql.execution.SortExec;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.SparkStrategy;
 import org.apache.spark.sql.execution.FilterExec;
+import org.apache.spark.sql.execution.ProjectExec;
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeExec;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
 import org.apache.spark.sql.internal.SQLConf;
@@ -93,6 +95,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     Absorbed done = built(target);
     if (done == null) {
       SparkPlan sorted = target instanceof Sort ? sortOfOneTask((Sort) target) : null;
+      if (sorted == null) sorted = oneOperatorAboveSubqueries(target);
       return sorted == null ? List$.MODULE$.empty() : CollectionConverters.asScala(List.<SparkPlan>of(sorted)).toList();
     }
     SparkPlan scan = planLater(done.scan);
@@ -140,6 +143,30 @@ public class HtapSubtreeStrategy extends SparkStrategy {
         ShuffleExchangeExec.$lessinit$greater$default$3(), ShuffleExchangeExec.$lessinit$greater$default$4(),
         ShuffleExchangeExec.$lessinit$greater$default$5());
     return new SortExec(sort.order(), true, single, 0);
+  }
+
+  /**
+   * A projection or filter this strategy does not take, above a chain of projections and filters
+   * over a scan where one of them holds a subquery: planned alone (as Spark's BasicOperators
+   * would), its child offered again. Spark's DataSourceV2Strategy would otherwise plan the whole
+   * chain in one step, subquery included, and the tree of the subquery's own operator — which
+   * this strategy may take, subquery and all — would never be offered. That matters under AQE:
+   * subqueries are planned once, from the first physical plan, and the plan above a finished
+   * stage is planned again (an empty side of a join removed, say, which puts new projections
+   * and filters above the chain); a subquery the first plan left inside a scan and a re-plan
+   * leaves to Spark has no plan ("key not found" in PlanAdaptiveSubqueries: fuzz seed 21
+   * query 123). Null for anything else (Spark plans it as usual).
+   */
+  private SparkPlan oneOperatorAboveSubqueries(LogicalPlan plan) {
+    if (!(plan instanceof Project || plan instanceof Filter)) return null;
+    boolean below = false;
+    for (LogicalPlan p = plan.children().head(); p instanceof Project || p instanceof Filter; p = p.children().head()) {
+      if (p.expressions().exists(SubqueryExpression::hasSubquery)) below = true;
+    }
+    if (!below || !HtapSnapshotStrategy.hasHtapScan(plan)) return null;
+    return plan instanceof Project
+        ? new ProjectExec(((Project) plan).projectList(), planLater(((Project) plan).child()))
+        : new FilterExec(((Filter) plan).condition(), planLater(((Filter) plan).child()));
   }
 
   /** Whether a scan's pushed aggregate is complete (the scan is then one task). */

@@ -28,6 +28,7 @@ import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression$;
 import org.apache.spark.sql.catalyst.expressions.ScalarSubquery;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.expressions.SortOrder;
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression;
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateFunction;
@@ -170,7 +171,12 @@ final class PlanTranslator {
         ObjectNode cond = expr(conjunct, f.child().output(), true, false);
         if (cond != null) {
           kept.add(cond);
-        } else if (liftable && conjunct.deterministic()) {
+        } else if (liftable && conjunct.deterministic() && !SubqueryExpression.hasSubquery(conjunct)) {
+          // Never a conjunct with a subquery: AQE plans subqueries once, from the first physical
+          // plan, and re-plans the rest after each stage; a subquery that tree absorbed and a
+          // re-planned tree lifts into Spark has no plan ("key not found" in
+          // PlanAdaptiveSubqueries: fuzz seed 21 query 123). Such a tree is not taken; its
+          // subtrees are offered as before.
           residuals.add(conjunct);
         } else {
           return null;
