@@ -2,7 +2,7 @@
 replica that covers the source's position when the query is planned (`now`: Postgres'
 `pg_current_wal_lsn()`, MySQL/MariaDB's binlog end), waiting for it up to `spark.htap.readAfterTimeoutSeconds`; past that, a
 `route=replica` catalog fails with how far behind the replica is, and `auto` reads the source.
-The routing record says what was asked and how long planning waited."""
+The routing record says what was asked and how long planning waited, EXPLAIN what will be asked."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def test_a_query_with_read_after_now_sees_the_write_committed_just_before(worksp
     ws = workspace
     spark.conf.set(READ_AFTER, "now")
     try:
+        plan = spark.sql(f"EXPLAIN SELECT count(*) FROM {catalog}.{notes}").collect()[0][0]
+        assert "readAfter=now (planning waits until the replica covers that source position)" in plan, plan
         for i in range(100, 106):  # each write, then at once a query that must see it
             ws.sql(f"INSERT INTO {notes} VALUES ({i}, 'written {i}')")
             ws.sql(f"UPDATE {notes} SET body = 'changed {i}' WHERE id = 1")

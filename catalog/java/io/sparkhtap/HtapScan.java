@@ -169,7 +169,18 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
 
   @Override
   public String description() {
-    return snapshotToken == null ? description : description + " snapshot=" + snapshotToken;
+    String readAfter = setting(READ_AFTER_CONF, "read_after");
+    String timeout = setting(READ_AFTER_TIMEOUT_CONF, "read_after_timeout_s");
+    return description + (readAfter == null ? "" : " readAfter=" + readAfter + " (planning waits until the replica"
+        + " covers that source position" + (timeout == null ? "" : ", at most " + timeout + " s") + ")")
+        + (snapshotToken == null ? "" : " snapshot=" + snapshotToken);
+  }
+
+  /** A session conf, else the catalog option, else null (for EXPLAIN; Python checks the values). */
+  private String setting(String conf, String option) {
+    String session = SQLConf.get().getConfString(conf, null);
+    String value = session != null && !session.isBlank() ? session : options.get(option);
+    return value == null || value.isBlank() ? null : value.trim();
   }
 
   // Spark may build the Python reader (routing, snapshot, access check) behind any of these:
