@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from fuzz import oracle, source
     from fuzz.env import Environment, log
-    from fuzz.run import Targets, describe, run, verify_copies
+    from fuzz.run import SPARK_SETTINGS, Targets, describe, run, verify_copies
     from fuzz.schema import generate
 
     started = time.monotonic()
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({time.monotonic() - started:.0f} s)")
         spark = spark_session("fz", env.config, **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("FATAL")  # failing queries are reported, not logged
-        for key, value in oracle.SPARK_SETTINGS.items():
+        for key, value in SPARK_SETTINGS.items():
             spark.conf.set(key, value)
         for setting in args.conf:
             key, _, value = setting.partition("=")

@@ -44,11 +44,6 @@ class Oracle:
 
 ORDERS = ("reversed", "floats_ascending", "floats_descending")
 
-# Spark settings while the oracle is read. Spark's Parquet filter pushdown drops the rows a
-# comparison with NaN keeps (`r <=> CAST('NaN' AS FLOAT)` matched nothing; Spark's own filter
-# above the read matches NaN as NaN: fuzz seed 21 query 540) — the Parquet reader's bug, not SQL
-# semantics, so the oracle reads every row and Spark filters them.
-SPARK_SETTINGS = {"spark.sql.parquet.filterPushdown": "false"}
 
 
 def _select(c: Column) -> str:

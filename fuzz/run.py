@@ -32,6 +32,22 @@ from fuzz.shrink import shrink
 
 SIDES = ("replica", "source", "oracle")
 
+# Spark settings while the fuzzer runs (all three sides; the CLI and the test set them).
+# - Spark's Parquet filter pushdown drops the rows a comparison with NaN keeps (`r <=>
+#   CAST('NaN' AS FLOAT)` matched nothing in the oracle, while Spark's own filter above the read
+#   matches NaN as NaN: fuzz seed 21 query 540): the Parquet reader's bug, not SQL semantics, so the
+#   oracle reads every row and Spark filters them.
+# - Spark 4.3's PushProjectionThroughLimitAndOffset lifts a projection holding a correlated scalar
+#   subquery above a derived table's ORDER BY ... LIMIT; the subquery becomes a join under that
+#   LIMIT and the ORDER BY is dropped (docs: Known divergences). Its answer is then some rows, not
+#   the first ones, on every side — stable across row orders when a window sorts them first (fuzz
+#   seed 22 query 885), so the order check cannot tell. Without the rule every side computes what
+#   the query means and the shape is checked like any other.
+SPARK_SETTINGS = {
+    "spark.sql.parquet.filterPushdown": "false",
+    "spark.sql.optimizer.excludedRules": "org.apache.spark.sql.catalyst.optimizer.PushProjectionThroughLimitAndOffset",
+}
+
 
 @dataclass(frozen=True)
 class Targets:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))  # fuzz/ is the repo's, not an installed package (
 try:
     from fuzz import oracle, source
     from fuzz.grammar import Query
-    from fuzz.run import Targets, describe, evaluate, run
+    from fuzz.run import SPARK_SETTINGS, Targets, describe, evaluate, run
     from fuzz.schema import generate
 finally:
     sys.path.remove(str(ROOT))
@@ -74,12 +74,12 @@ def test_fuzz_answers_equal_plain_spark(workspace, spark, tmp_path, seed):
             oracle=copy.refs,
             oracle_reordered=copy.reordered_refs,
         )
-        for key, value in oracle.SPARK_SETTINGS.items():
+        for key, value in SPARK_SETTINGS.items():
             spark.conf.set(key, value)
         report = run(spark, schema, targets, seed, CI_SEEDS[seed], shrink_budget_s=60, shrink_total_s=SHRINK_TOTAL_S,
                      progress_every=0)
     finally:
-        for key in oracle.SPARK_SETTINGS:
+        for key in SPARK_SETTINGS:
             spark.conf.unset(key)
         copy.drop(spark)
     print(report.details())
