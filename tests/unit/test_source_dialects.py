@@ -102,6 +102,17 @@ def test_mysql_refuses_a_special_double_it_cannot_decide():
         dialects.for_source(render.expr(Expr.call(">", "boolean", plus, col("d", "double"))), "mysql")
 
 
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+@pytest.mark.parametrize("text", ["0000-01-01", "-0001-12-31", "+10000-01-01"])
+def test_a_date_outside_years_1_to_9999_is_not_sent_to_a_source(dialect, text):
+    # Spark's calendar has a year 0 (ADD_MONTHS(DATE '0001-01-01', -12)); Postgres rejected it.
+    year0 = Expr.call("=", "boolean", col("dt", "date"), Expr.literal(Literal("date", text), "date"))
+    with pytest.raises(PlanError, match="outside years 1..9999"):
+        dialects.for_source(render.expr(year0), dialect)
+    ok = Expr.call("=", "boolean", col("dt", "date"), Expr.literal(Literal("date", "0001-01-01"), "date"))
+    dialects.for_source(render.expr(ok), dialect)
+
+
 # --- MySQL's special doubles: the rewrite keeps Spark's answer in three-valued logic ---------------
 
 SPECIALS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
