@@ -45,7 +45,6 @@ class Oracle:
 ORDERS = ("reversed", "floats_ascending", "floats_descending")
 
 
-
 def _select(c: Column) -> str:
     """Postgres SQL giving column `c`'s value as spark-htap documents it."""
     kind, name = c.type.kind, c.name

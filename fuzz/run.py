@@ -8,10 +8,10 @@ an error on some but not all of them, is a failure; it is shrunk (shrink.py) to 
 fails the same way. Errors on all three are fine (ANSI overflow, say), and counted.
 
 Before a failure counts, the oracle runs again over the same rows in other physical orders
-(oracle.ORDERS): when plain Spark's own answer changes with one, Spark answers the query nondeterministically (an
-order-dependent plan: a LIMIT over rows whose order Spark's optimizer lost, a running sum that
-overflows on one order only), no comparison with it means anything, and the query is counted
-apart ("spark-nondeterministic"), not reported as a failure.
+(oracle.ORDERS): when plain Spark's own answer changes with one, Spark answers the query
+nondeterministically (a DOUBLE sum that overflows on one order only, a LIMIT over rows whose order
+was lost), no comparison with it means anything, and the query is counted apart
+("spark-nondeterministic"), not reported as a failure.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Read-your-writes (issue 28 item 1): `spark.htap.readAfter = now | <seq>` makes a query read a
 replica that covers the source's position when the query is planned (`now`: Postgres'
-`pg_current_wal_lsn()`, MySQL/MariaDB's binlog end), waiting for it up to `spark.htap.readAfterTimeoutSeconds`; past that, a
-`route=replica` catalog fails with how far behind the replica is, and `auto` reads the source.
-The routing record says what was asked and how long planning waited, EXPLAIN what will be asked."""
+`pg_current_wal_lsn()`, MySQL/MariaDB's binlog end), waiting for it up to
+`spark.htap.readAfterTimeoutSeconds`; past that, a `route=replica` catalog fails with how far behind
+the replica is, and `auto` reads the source. The routing record says what was asked and how long
+planning waited, EXPLAIN what will be asked."""
 
 from __future__ import annotations
 

@@ -121,7 +121,9 @@ class MySQLSource(ChangeSource):
         try:
             return binlog_seq(*master_position(conn))
         except pymysql.err.MySQLError as e:
-            raise SourceError(f"cannot read the binlog position of source {self.config.name}: {error_message(e)}") from e
+            raise SourceError(
+                f"cannot read the binlog position of source {self.config.name}: {error_message(e)}"
+            ) from e
         finally:
             conn.close()
 
