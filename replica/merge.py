@@ -109,6 +109,9 @@ def current_rows_sql(
     """
     source = files if isinstance(files, str) else parquet_source(files)
     bounds = [f"{ident(SEQ)} <= {int(seq)}", *([f"{ident(SEQ)} >= {int(floor)}"] if floor is not None else [])]
+    # each in parentheses: they are ANDed with the bounds and one another, and a condition may be an
+    # OR (`id < 18 OR id > 8` let every version of the keys above 8 through: fuzz seed 23 query 257)
+    key_conditions = [f"({c})" for c in key_conditions]
     visible = [*(bounds if seq_filter else []), *key_conditions]
     cols = ", ".join(ident(c) for c in [*columns, SEQ, OP])
     if strategy == "direct":  # one version per key: nothing to merge

@@ -163,6 +163,7 @@ def plans(draw):
         cmp("eq", "k", "long", 3), cmp("ge", "k", "long", 4), cmp("lt", "k", "long", 2),
         in_("k", ("long", 1), ("long", 5), ("null", None)), not_(cmp("eq", "k", "long", 0)),
         op("<", value("long", 5), col("k", "bigint")),  # the literal first
+        or_(cmp("lt", "k", "long", 2), cmp("gt", "k", "long", 4)),  # an OR, ANDed with the seq bounds (fuzz seed 23)
     ])
     row_filters = st.sampled_from([
         cmp("gt", "a", "long", 0), is_null("b"), cmp("eq", "b", "string", "x"), cmp("starts_with", "b", "string", "x%"),
@@ -346,6 +347,13 @@ def test_key_filters_are_applied_before_the_collapse():
     text = {c: render.expr(c).sql(REPLICA) for c in (key_eq, value_gt, flipped, mixed)}
     assert text[key_eq] in inner and text[flipped] in inner
     assert text[value_gt] in outer and text[value_gt] not in inner and text[mixed] not in inner
+
+
+def test_an_or_over_the_key_keeps_the_seq_bound(con):
+    # `k < 2 OR k > 4` ANDed unparenthesized with `_seq <= 3` let key 5's newer version through.
+    con.register("deltas", as_delta([version(5, 1, "old", 1.0, seq=1), version(5, 2, "new", 2.0, seq=5)]))
+    sp = one_scan(COLUMNS, (or_(cmp("lt", "k", "long", 2), cmp("gt", "k", "long", 4)),))
+    assert run("deltas", 3, sp, con=con) == [(5, 1, "old", 1.0)]
 
 
 def test_only_referenced_and_key_columns_are_read():
