@@ -26,6 +26,17 @@ def other_catalog(spark, ws, name: str, **options: str) -> str:
     return name
 
 
+def writes_then_reads(ws, spark, table: str, ref: str, rounds) -> None:
+    """Each round a write, then at once a query that must see it (readAfter = now is set)."""
+    for i in rounds:
+        ws.sql(f"INSERT INTO {table} VALUES ({i}, 'written {i}')")
+        ws.sql(f"UPDATE {table} SET body = 'changed {i}' WHERE id = 1")
+        rows = spark.sql(f"SELECT id, body FROM {ref} WHERE id IN (1, {i}) ORDER BY id").collect()
+        assert [tuple(r) for r in rows] == [(1, f"changed {i}"), (i, f"written {i}")]
+        scan = last_scan(ws, "notes")
+        assert scan.route == "replica" and "read after seq" in scan.reason and "(now)" in scan.reason, scan
+
+
 @pytest.fixture
 def notes(workspace):
     ws = workspace
@@ -44,13 +55,7 @@ def test_a_query_with_read_after_now_sees_the_write_committed_just_before(worksp
     try:
         plan = spark.sql(f"EXPLAIN SELECT count(*) FROM {catalog}.{notes}").collect()[0][0]
         assert "readAfter=now (planning waits until the replica covers that source position)" in plan, plan
-        for i in range(100, 106):  # each write, then at once a query that must see it
-            ws.sql(f"INSERT INTO {notes} VALUES ({i}, 'written {i}')")
-            ws.sql(f"UPDATE {notes} SET body = 'changed {i}' WHERE id = 1")
-            rows = spark.sql(f"SELECT id, body FROM {catalog}.{notes} WHERE id IN (1, {i}) ORDER BY id").collect()
-            assert [tuple(r) for r in rows] == [(1, f"changed {i}"), (i, f"written {i}")]
-            scan = last_scan(ws, "notes")
-            assert scan.route == "replica" and "read after seq" in scan.reason and "(now)" in scan.reason, scan
+        writes_then_reads(ws, spark, notes, f"{catalog}.{notes}", range(100, 106))
         # A given seq at or below the replica's: no wait beyond a look at the metadata.
         seq = ws.table("notes").max_safe_seq
         spark.conf.set(READ_AFTER, str(seq))
@@ -71,13 +76,7 @@ def test_read_after_now_on_mariadb_sees_the_write_committed_just_before(my_works
     ws.wait_readable("notes")
     spark.conf.set(READ_AFTER, "now")
     try:
-        for i in range(100, 104):
-            ws.sql(f"INSERT INTO {t} VALUES ({i}, 'written {i}')")
-            ws.sql(f"UPDATE {t} SET body = 'changed {i}' WHERE id = 1")
-            rows = spark.sql(f"SELECT id, body FROM {my_catalog}.{t} WHERE id IN (1, {i}) ORDER BY id").collect()
-            assert [tuple(r) for r in rows] == [(1, f"changed {i}"), (i, f"written {i}")]
-            scan = last_scan(ws, "notes")
-            assert scan.route == "replica" and "read after seq" in scan.reason and "(now)" in scan.reason, scan
+        writes_then_reads(ws, spark, t, f"{my_catalog}.{t}", range(100, 104))
     finally:
         spark.conf.unset(READ_AFTER)
 
