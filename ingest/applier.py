@@ -68,6 +68,7 @@ class TransactionApplier:
         self.position = position  # durable: transactions at or below it are re-sends
         self.in_txn = False
         self.skip_txn = False
+        self.late_txn = False  # the current transaction is older than one applied already
         self.txn_seq = position
         self.last_commit = position
         self.buffered = 0  # changes buffered since the last checkpoint
@@ -95,6 +96,7 @@ class TransactionApplier:
         if isinstance(event, Begin):
             self.in_txn, self.txn_seq = True, event.seq
             self.skip_txn = self.txn_seq <= self.position
+            self.late_txn = not self.skip_txn and self.txn_seq < self.last_commit
         elif isinstance(event, Commit):
             self.in_txn = self.skip_txn = False  # a re-send ends with its transaction
             self.last_commit = max(self.last_commit, event.seq)
@@ -110,6 +112,8 @@ class TransactionApplier:
             for schema, name in event.tables:
                 tid = self.by_name.get((schema, name))
                 if self._wanted(tid):
+                    if self.late_txn:
+                        return self._late(tid)
                     self.buffers[tid].truncate(self.txn_seq)
                     self.truncations.append((tid, self.txn_seq))
         return None
@@ -118,6 +122,8 @@ class TransactionApplier:
         tid = self.by_name.get((event.schema, event.table))
         if not self._wanted(tid):
             return None
+        if self.late_txn:
+            return self._late(tid)
         buf = self.buffers[tid]
         if len(event.values) != len(buf.names):  # never misalign values and columns
             return Recopy(tid, f"a change carried {len(event.values)} columns, the replica has {len(buf.names)}")
@@ -144,6 +150,8 @@ class TransactionApplier:
         tid = self.by_name.get((event.schema, event.table))
         if not self._wanted(tid):
             return None
+        if self.late_txn:
+            return self._late(tid)
         buf = self.buffers[tid]
         if len(event.columns) != len(buf.names):
             return Recopy(tid, f"a change carried {len(event.columns)} columns, the replica has {len(buf.names)}")
@@ -153,6 +161,17 @@ class TransactionApplier:
             return Failed(tid, e, self.txn_seq)
         self.buffered += len(event)
         return None
+
+    def _late(self, table_id: int) -> Recopy:
+        """A change at a seq below a transaction applied already (Debezium snapshot records of
+        another Kafka partition, consumed after later transactions) would be an older version
+        written after newer ones, which reads and deletion vectors take as the newest: the table
+        is copied again instead (its copy holds the change)."""
+        return Recopy(
+            table_id,
+            f"changes at seq {self.txn_seq} arrived after a transaction at seq {self.last_commit} was applied "
+            f"(snapshot records of another partition)",
+        )
 
     def drop(self, table_id: int) -> None:
         """Stop following a table (re-copied or failed); its buffered changes are discarded."""

@@ -322,6 +322,29 @@ def test_assembler_transactions_placeholders_tombstones_and_resume():
     assert _run([("inv", ddl)], [m]) == [Relation("inventory", "products", ("id", "sku"))]
 
 
+def test_an_event_delivered_twice_does_not_complete_its_transaction_early():
+    """Kafka delivers at least once: an event of a transaction sent again before the rest must
+    not count twice towards the END marker's event counts (the transaction would be applied
+    without its last event, and that event dropped when it comes)."""
+    from htap.connectors.changes import Begin, Commit, RowChange
+
+    t = _table_info("public", "t", [("id", "int32"), ("v", "string")], ["id"])
+    txn = lambda n: {"id": f"7:{100 + n}", "total_order": n, "data_collection_order": n}  # noqa: E731
+    first = ("x.public.t", _pg("c", None, {"id": 1, "v": "a"}, 110, 7, 90, txn=txn(1)))
+    records = [
+        ("x.transaction", {"status": "BEGIN", "id": "7:100", "event_count": None, "data_collections": None}),
+        ("x.transaction", {"status": "END", "id": "7:140", "event_count": 2,
+                           "data_collections": [{"data_collection": "public.t", "event_count": 2}]}),
+        first,
+        first,  # again
+        ("x.public.t", _pg("c", None, {"id": 2, "v": "b"}, 120, 7, 90, txn=txn(2))),
+    ]
+    assert _run(records, [t]) == [
+        Begin(120, 5.0), RowChange("public", "t", "upsert", [1, "a"]), RowChange("public", "t", "upsert", [2, "b"]),
+        Commit(120, 5.0),
+    ]
+
+
 def test_out_of_order_transactions_are_an_error_not_a_silent_rewrite():
     from htap.errors import SourceError
 
@@ -332,6 +355,71 @@ def test_out_of_order_transactions_are_an_error_not_a_silent_rewrite():
     ]
     with pytest.raises(SourceError, match="out of commit order"):
         _run(records, [t])
+
+
+def test_snapshot_records_of_another_partition_after_later_transactions(dbz):
+    """Kafka orders records per partition only: snapshot records of one partition may be consumed
+    after its `last` record and after later transactions of other partitions. They are the
+    snapshot's versions (seq 100): the initial copy keeps them only for keys no later transaction
+    changed, and the stream gives them their own transaction at seq 100, which a table copied
+    at or after it skips and one copied before it cannot apply in order (it is copied again)."""
+    import pyarrow as pa
+
+    from htap.conf import load_config
+    from htap.connectors.changes import Begin, Commit, RowChange
+    from htap.connectors.debezium.source import DebeziumSource
+    from htap.ingest.applier import Recopy, TransactionApplier
+
+    ws, events = dbz
+
+    def snap(i, v, mark="true"):
+        event = _pg("r", None, {"id": i, "v": v}, 100, 1)
+        event["source"]["snapshot"] = mark
+        return event
+
+    records = [
+        ("x.public.t", snap(1, "one", "first")),
+        ("x.public.t", snap(2, "two", "last")),  # partition A ends the snapshot
+        ("x.public.t", _pg("u", None, {"id": 3, "v": "new"}, 150, 8, 140)),  # a transaction after it
+        ("x.public.t", _pg("d", {"id": 4, "v": None}, None, 152, 8, 140)),
+        ("x.public.t", snap(3, "old")),  # partition B: snapshot records, consumed late
+        ("x.public.t", snap(4, "four")),
+        ("x.public.t", snap(5, "five")),
+    ]
+    t = _table_info("public", "t", [("id", "int32"), ("v", "string")], ["id"])
+    out = _run(records, [t])
+    assert out == [
+        Begin(100, 5.0), RowChange("public", "t", "upsert", [1, "one"]), RowChange("public", "t", "upsert", [2, "two"]),
+        Commit(100, 5.0),
+        Begin(152, 5.0), RowChange("public", "t", "upsert", [3, "new"]), RowChange("public", "t", "delete", [4, None]),
+        Commit(152, 5.0),
+        Begin(100, 5.0), RowChange("public", "t", "upsert", [3, "old"]), RowChange("public", "t", "upsert", [4, "four"]),
+        RowChange("public", "t", "upsert", [5, "five"]), Commit(100, 5.0),
+    ]
+
+    # The initial copy: the late records of keys 3 and 4 lose to the transaction that changed them.
+    events.write_text("".join(json.dumps({"topic": topic, "key": None, "value": value}) + "\n" for topic, value in records))
+    source = DebeziumSource(load_config(ws.config).sources[ws.source])
+    seq, chunks = source.initial_copy(t, ws.root)
+    assert seq == 152
+    assert {r["id"]: r["v"] for chunk in chunks for r in chunk.to_pylist()} == {1: "one", 2: "two", 3: "new", 5: "five"}
+
+    # The stream: skipped by a table copied at or after seq 100, a copy again for one copied before.
+    def applied(copy_seq):
+        from dataclasses import replace
+
+        applier = TransactionApplier([replace(t, copy_seq=copy_seq)], lambda values, ty: pa.array(values, ty), 0)
+        actions = []
+        for event in out:
+            action = applier.apply(event)
+            if action is not None:
+                actions.append(action)
+                applier.drop(action.table_id)  # as the service does after a Recopy
+        return actions
+
+    assert applied(100) == []
+    (action,) = applied(-1)
+    assert isinstance(action, Recopy) and "seq 100 arrived after a transaction at seq 152" in action.reason
 
 
 def test_connect_types_decode_to_replica_values():

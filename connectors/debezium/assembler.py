@@ -43,7 +43,8 @@ class _Txn:
     """One source transaction being assembled."""
 
     id: str | None
-    events: list = field(default_factory=list)  # (total_order, payload, record schema)
+    events: list = field(default_factory=list)  # (total_order, position, payload, record schema, record key)
+    orders: set = field(default_factory=set)  # the total_order of each event there
     counts: dict = field(default_factory=dict)  # (schema, table) -> events seen
     expected: dict | None = None  # from END: (schema, table) -> events of the followed tables
     refs: list = field(default_factory=list)
@@ -99,8 +100,10 @@ class Assembler:
 
     def flush(self) -> None:
         """The input has paused (end of file, quiet Kafka): close the open run, unless it is an
-        initial snapshot that has not sent its `last` record yet (it goes on when Debezium does)."""
-        if self.group is not None and self.group_key[0] == "snapshot" and self.snapshot_initial:
+        initial snapshot that has not sent its `last` record yet (it goes on when Debezium does;
+        records of another partition that follow its `last` record are closed)."""
+        if (self.group is not None and self.group_key[0] == "snapshot" and self.snapshot_initial
+                and self.group_key[1] != self.snapshot_seq):
             return
         self._close_group()
 
@@ -190,9 +193,12 @@ class Assembler:
                 return
             txn = self.txns.setdefault(txn_id, _Txn(txn_id))
             order = int(txn_info.get("total_order") or len(txn.events) + 1)
+            txn.refs.append(record.ref)
+            if order in txn.orders:
+                return  # sent again (Kafka delivers at least once): counted, it would end the wait early
+            txn.orders.add(order)
             txn.events.append((order, position, payload, schema, record.key))
             txn.counts[key] = txn.counts.get(key, 0) + 1
-            txn.refs.append(record.ref)
             self._emit_ready()
             return
         # No transaction metadata: runs of one source transaction.
@@ -212,9 +218,12 @@ class Assembler:
                 self.snapshot_open = position > self.from_seq
                 # Snapshot records of one position may arrive after its `last` record when the
                 # topics have several partitions (Kafka orders records per partition only): they
-                # belong to the same snapshot and are applied at its seq.
-                if self.snapshot_open and position != self.snapshot_seq:
-                    self._check_order(position)
+                # belong to the same snapshot and are applied at its seq, in a transaction of
+                # their own at that seq when later transactions were emitted meanwhile (the
+                # applier then copies the tables they touch again, see TransactionApplier._late).
+                if self.snapshot_open and (position != self.snapshot_seq or self.last_seq > position):
+                    if position != self.snapshot_seq:
+                        self._check_order(position)
                     self.out.append(Begin(position, commit_time(payload)))
         self.group_seq = max(self.group_seq, position)
         self.group_time = commit_time(payload)

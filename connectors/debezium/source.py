@@ -204,6 +204,10 @@ class DebeziumSource(ChangeSource):
                 return
             consumer.assign(parts)
             consumer.seek_to_beginning(*parts)
+            # Every record polled counts, also past the end offset asked for: a partition's
+            # records are a prefix of it whatever the cut (transactions complete or not), and a
+            # broker may answer an end offset below its last record (Tansu: the last batch's
+            # base offset), so records past it would otherwise be read and dropped.
             end = consumer.end_offsets(parts)
             remaining = {tp for tp in parts if end.get(tp, 0) > 0}
             stalled = time.monotonic() + 60
@@ -211,8 +215,7 @@ class DebeziumSource(ChangeSource):
                 polled = consumer.poll(timeout_ms=1000)
                 for tp, records in polled.items():
                     for r in records:
-                        if r.offset < end[tp]:
-                            yield Record(r.topic, r.key, r.value)
+                        yield Record(r.topic, r.key, r.value)
                 for tp in list(remaining):
                     if consumer.position(tp) >= end[tp]:
                         remaining.discard(tp)
@@ -234,6 +237,11 @@ class DebeziumSource(ChangeSource):
         names = [c.name for c in table.columns]
         key_positions = [names.index(k) for k in table.key]
         rows: dict[tuple, list] = {}
+        # The seq of each key's last change folded (deletes too), and of the last truncation:
+        # snapshot records of another partition may come after later transactions (the
+        # assembler gives them the snapshot's seq), and must not overwrite what those changed.
+        changed_at: dict[tuple, int] = {}
+        truncated_at = -1
         copy_seq, pending = -1, []
         assembler = Assembler([table], -1, self.config.unavailable_value_placeholder)
 
@@ -246,21 +254,29 @@ class DebeziumSource(ChangeSource):
                 pending.append(event)
             elif isinstance(event, Commit):
                 for change in pending:
-                    fold(change)
+                    fold(change, event.seq)
                 pending = []
-                copy_seq = event.seq
+                copy_seq = max(copy_seq, event.seq)
             elif isinstance(event, Relation):
                 raise TableError(
                     f"{table.qualified_name} changed columns within the Debezium events (now {list(event.columns)}); "
                     f"the replica has {names}: add the table again to describe it afresh"
                 )
 
-        def fold(event) -> None:
+        def fold(event, seq: int) -> None:
+            nonlocal truncated_at
+            if seq < truncated_at:
+                return
             if isinstance(event, Truncate):
                 rows.clear()
+                changed_at.clear()
+                truncated_at = seq
             else:
                 values = event.values
                 key = tuple(values[i] for i in key_positions)
+                if changed_at.get(key, -1) > seq:
+                    return  # a late snapshot record of a key changed since
+                changed_at[key] = seq
                 if event.op == "delete":
                     rows.pop(key, None)
                     return
@@ -270,6 +286,7 @@ class DebeziumSource(ChangeSource):
                     if old_key != key:
                         base = old_key  # a key change: the old key's row holds them
                         prev = rows.pop(old_key, None)
+                        changed_at[old_key] = seq
                 if UNSET in values:
                     prev = rows.get(key) if base == key else prev
                     if (prev is None and base != key) or event.inserted:
