@@ -46,7 +46,7 @@ lint: install
 # runs in one process.
 TEST_PROCS ?= 2
 test: lint
-	$(BIN)/pytest -q -n $(TEST_PROCS) $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(TEST_PROCS) --durations=25 $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)

@@ -161,6 +161,11 @@ class DeltaRecords(MetadataDatabase):
         """The latest truncation of the table at or below `seq` (versions below it are gone)."""
         return self._one("SELECT max(seq) FROM truncations WHERE table_id = ? AND seq <= ?", (table_id, seq))[0]
 
+    def truncations_between(self, table_id: int, start: int, end: int) -> set[int]:
+        """The seqs of the table's truncations with start < seq <= end (the change feed's)."""
+        rows = self._all("SELECT seq FROM truncations WHERE table_id = ? AND seq > ? AND seq <= ?", (table_id, start, end))
+        return {r[0] for r in rows}
+
     def delta_stats(self, table_id: int) -> tuple[int, int, int]:
         """(number of live deltas, row versions, bytes) of a table."""
         n, rows, size = self._one(
