@@ -210,9 +210,17 @@ class HtapDataSource(DataSource):
     def schema(self) -> str:
         """The catalog asks the driver's bridge process instead (HtapCatalog.loadTable); this is
         for `spark.read.format("htap")`."""
+        from htap.pushdown import change_feed
         from htap.pushdown.spark_types import table_ddl
         from htap.pushdown.system_tables import SCHEMAS, is_system_table
 
+        if change_feed.wanted(self.options):
+            opts = ScanOptions.parse({k: v for k, v in self.options.items() if k.lower() not in change_feed.OPTIONS})
+            cfg, store, _table = open_scan(opts)
+            try:
+                return change_feed.change_ddl(store, cfg.source(opts.source).name, opts.schema, opts.table)
+            finally:
+                store.close()
         opts = ScanOptions.parse(self.options)
         if is_system_table(opts.schema, opts.table):
             from htap.pushdown.spark_types import spark_ddl
@@ -225,12 +233,24 @@ class HtapDataSource(DataSource):
             store.close()
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from htap.pushdown import change_feed
         from htap.pushdown.system_tables import is_system_table
 
+        if change_feed.wanted(self.options):
+            return change_feed.ChangeFeedReader(self.options, schema)
         opts = ScanOptions.parse(self.options)
         if is_system_table(opts.schema, opts.table):
             return SystemTableReader(opts, schema)
         return HtapReader(opts, schema)
+
+
+    def streamReader(self, schema: StructType):
+        """Streaming reads are the change feed's (htap.pushdown.change_feed)."""
+        from htap.pushdown import change_feed
+
+        if not change_feed.wanted(self.options):
+            raise ConfigError("a streaming read of an HTAP table is its change feed: set option readChangeFeed=true")
+        return change_feed.ChangeFeedStreamReader(self.options, schema)
 
 
 def data_source(options: dict) -> HtapDataSource:

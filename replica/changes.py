@@ -49,7 +49,7 @@ _TYPE_ORDER = {t: i for i, t in enumerate(("delete", "update_preimage", "update_
 
 def change_schema(table: TableInfo) -> pa.Schema:
     """The table's columns, then the change's type, seq and when it became readable."""
-    return pa.schema([*table.arrow_schema, pa.field(CHANGE_TYPE, pa.string(), False), pa.field(COMMIT_SEQ, pa.int64(), False),
+    return pa.schema([*table.arrow_schema, pa.field(CHANGE_TYPE, pa.string()), pa.field(COMMIT_SEQ, pa.int64()),
                       pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC"))])
 
 
@@ -74,18 +74,20 @@ def check_range(store: MetadataStore, table: TableInfo, start: int, end: int, wi
 
 
 def read_changes(store: MetadataStore, warehouse: Warehouse, table: TableInfo, start: int, end: int,
-                 window_s: float, lease_s: float) -> pa.Table:
-    """The changes of `table` with start < seq <= end, in seq order (see the module docstring)."""
+                 window_s: float, lease_s: float | None) -> pa.Table:
+    """The changes of `table` with start < seq <= end, in seq order (see the module docstring).
+    `lease_s`: lease `start` for that long first (None: the caller holds a lease at or below it)."""
     schema = change_schema(table)
     check_range(store, table, start, end, window_s)
     if end == start:
         return schema.empty_table()
-    store.lease(table.id, start, lease_s)  # compaction keeps every version a read at `start` needs
-    check_range(store, table, start, end, window_s)  # the window may have moved before the lease
+    if lease_s is not None:
+        store.lease(table.id, start, lease_s)  # compaction keeps every version a read at `start` needs
+        check_range(store, table, start, end, window_s)  # the window may have moved before the lease
     parts = []
     for kind, lo, hi, floor in _pieces(store, table, start, end):
         if kind == "truncate":  # every row live just before the truncation at `hi`
-            parts.append(_rows_before(store, warehouse, table, lo, hi, floor))
+            parts.append(_rows_at(store, warehouse, table, hi - 1, floor, "delete", hi))
         else:
             parts.append(_versions(store, warehouse, table, lo, hi, floor))
     changes = pa.concat_tables(parts) if parts else None
@@ -192,10 +194,17 @@ def _versions(store: MetadataStore, warehouse: Warehouse, table: TableInfo, lo: 
     return rows.cast(out_schema)
 
 
-def _rows_before(store: MetadataStore, warehouse: Warehouse, table: TableInfo, lo: int, t: int,
-                 floor: int | None) -> pa.Table:
-    """A truncation at `t`: every row live at t - 1, as a delete at `t`."""
-    seq = t - 1
+def snapshot_inserts(store: MetadataStore, warehouse: Warehouse, table: TableInfo, seq: int, window_s: float) -> pa.Table:
+    """The table's rows at `seq` as inserts at `seq` (a change feed that starts from a snapshot)."""
+    check_range(store, table, seq, seq, window_s)
+    rows = _rows_at(store, warehouse, table, seq, store.truncated_at(table.id, seq), "insert", seq)
+    return _with_times(store, table, rows, change_schema(table))
+
+
+def _rows_at(store: MetadataStore, warehouse: Warehouse, table: TableInfo, seq: int, floor: int | None, kind: str,
+             commit_seq: int) -> pa.Table:
+    """Every row live at `seq`, as changes of type `kind` at `commit_seq` (a truncation at
+    seq + 1 deletes them; a snapshot inserts them)."""
     deltas = [d for d in _deltas_at(store, table, seq) if d.min_seq <= seq]
     out_schema = _without_time(table)
     if not deltas:
@@ -204,7 +213,7 @@ def _rows_before(store: MetadataStore, warehouse: Warehouse, table: TableInfo, l
     with warehouse.local({d.path: d.checksum for d in deltas}) as root:
         rows_sql = current_rows_sql(_relation(root, table, deltas), list(table.key), columns, columns, seq, floor=floor,
                                     partial=any(d.partial_rows for d in deltas))
-        rows = _query(table, f"SELECT *, 'delete' AS {CHANGE_TYPE}, {int(t)}::BIGINT AS {COMMIT_SEQ} FROM ({rows_sql})")
+        rows = _query(table, f"SELECT *, '{kind}' AS {CHANGE_TYPE}, {int(commit_seq)}::BIGINT AS {COMMIT_SEQ} FROM ({rows_sql})")
     return rows.cast(out_schema)
 
 
