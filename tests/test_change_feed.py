@@ -9,7 +9,9 @@ the row as it was, and the changes of (a, m] then (m, b] are those of (a, b].
 
 from __future__ import annotations
 
+import json
 import random
+import signal
 import uuid
 
 import pyarrow as pa
@@ -209,11 +211,30 @@ def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(wor
         query.awaitTermination()
 
     run_stream()
-    for _ in range(8):
+    # Running on, from its checkpoint, while the source takes writes and `htap serve` is killed.
+    query = (spark.readStream.format("htap").options(**options, startingVersion="snapshot").load()
+             .writeStream.format("parquet").option("path", str(sink)).option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime="0.2 seconds").start())
+    for _ in range(4):
+        random_transaction(ws, rng, t, live, next_id)
+    ws.stop_service(signal.SIGKILL)
+    for _ in range(4):
+        random_transaction(ws, rng, t, live, next_id)
+    ws.start_service()
+    ws.wait_caught_up(name)
+    last = ws.table(name).max_safe_seq
+
+    def streamed_to() -> int:
+        progress = query.lastProgress
+        return json.loads(progress["sources"][0]["endOffset"])["seq"] if progress and progress["sources"] else -1
+
+    wait_until(lambda: streamed_to() >= last, None, f"the stream to reach seq {last}")
+    query.stop()
+    for _ in range(4):
         random_transaction(ws, rng, t, live, next_id)
     ws.wait_caught_up(name)
     last = ws.table(name).max_safe_seq
-    run_stream()  # from its checkpoint: the changes after what the first run read
+    run_stream()  # from its checkpoint again: the changes after what the running query read
     streamed = pa.Table.from_pylist([r.asDict() for r in spark.read.parquet(str(sink)).collect()])
     streamed = streamed.sort_by([("_commit_seq", "ascending"), ("id", "ascending")])
     # a preimage before its postimage: sort_by is stable only per key; order them explicitly
