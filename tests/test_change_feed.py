@@ -20,7 +20,6 @@ import pytest
 from conftest import normalize, tune
 from workspace import wait_until
 
-pytestmark = pytest.mark.pg
 
 
 def replica_state(cfg, store, table, seq: int) -> dict:
@@ -61,45 +60,53 @@ def apply(state: dict, changes: pa.Table, names: list[str]) -> dict:
     return state
 
 
-def random_transaction(ws, rng: random.Random, t: str, live: set[int], next_id: list[int]) -> None:
-    with ws.pg.cursor() as cur:
-        cur.execute("BEGIN")
+def random_transaction(ws, rng: random.Random, t: str, live: set[int], next_id: list[int], mysql: bool = False) -> None:
+    """Inserts, updates that leave `big` alone (unchanged TOAST on Postgres), deletes, key
+    changes, and now and then a TRUNCATE (MySQL: a DELETE of every row, TRUNCATE being DDL)."""
+    big = "REPEAT(MD5(RAND()), 80)" if mysql else "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 80))"
+    ws.sql("BEGIN")
+    if rng.random() < 0.03 and live:
+        ws.sql(f"DELETE FROM {t}" if mysql else f"TRUNCATE {t}")
+        live.clear()
+    for _ in range(rng.randint(1, 8)):
         r = rng.random()
-        if r < 0.03 and live:
-            cur.execute(f"TRUNCATE {t}")
-            live.clear()
-        for _ in range(rng.randint(1, 8)):
-            r = rng.random()
-            if r < 0.35 or not live:
-                k = next_id[0]
-                next_id[0] += 1
-                cur.execute(f"INSERT INTO {t} VALUES (%s, %s, %s, (SELECT string_agg(md5(random()::text), '') FROM"
-                            f" generate_series(1, 80)))", (k, f"v{k}", rng.randint(-999, 999) / 100))
-                live.add(k)
-            elif r < 0.75:  # the TOASTed column unchanged: the stream sends it as unchanged
-                cur.execute(f"UPDATE {t} SET v = %s, n = %s WHERE id = %s",
-                            (f"u{rng.randint(0, 99)}", rng.randint(-999, 999) / 100, rng.choice(sorted(live))))
-            elif r < 0.9:
-                k = rng.choice(sorted(live))
-                cur.execute(f"DELETE FROM {t} WHERE id = %s", (k,))
-                live.discard(k)
-            else:  # a key change
-                k, new = rng.choice(sorted(live)), next_id[0]
-                next_id[0] += 1
-                cur.execute(f"UPDATE {t} SET id = %s WHERE id = %s", (new, k))
-                live.discard(k)
-                live.add(new)
-        cur.execute("COMMIT")
+        if r < 0.35 or not live:
+            k = next_id[0]
+            next_id[0] += 1
+            ws.sql(f"INSERT INTO {t} VALUES (%s, %s, %s, {big})", (k, f"v{k}", rng.randint(-999, 999) / 100))
+            live.add(k)
+        elif r < 0.75:
+            ws.sql(f"UPDATE {t} SET v = %s, n = %s WHERE id = %s",
+                   (f"u{rng.randint(0, 99)}", rng.randint(-999, 999) / 100, rng.choice(sorted(live))))
+        elif r < 0.9:
+            k = rng.choice(sorted(live))
+            ws.sql(f"DELETE FROM {t} WHERE id = %s", (k,))
+            live.discard(k)
+        else:  # a key change
+            k, new = rng.choice(sorted(live)), next_id[0]
+            next_id[0] += 1
+            ws.sql(f"UPDATE {t} SET id = %s WHERE id = %s", (new, k))
+            live.discard(k)
+            live.add(new)
+    ws.sql("COMMIT")
 
 
-def test_changes_between_any_two_seqs_replay_the_replica_exactly(workspace):
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.pg), pytest.param("mariadb", marks=pytest.mark.mysql)])
+def feed_workspace(request):
+    """A Postgres or a MariaDB workspace, and whether it is MariaDB."""
+    if request.param == "postgres":
+        return request.getfixturevalue("workspace"), False
+    return request.getfixturevalue("my_workspace"), True
+
+
+def test_changes_between_any_two_seqs_replay_the_replica_exactly(feed_workspace):
     from htap.conf import load_config
     from htap.replica.changes import read_changes
     from htap.replica.metadata import MetadataStore
     from htap.replica.read_plans import OutsideWindow
     from htap.replica.warehouse import open_warehouse
 
-    ws = workspace
+    ws, mysql = feed_workspace
     tune(ws, flush_interval_s=0.05, compaction_interval_s=0.2, partition_rows=60)  # checkpoints, merges, splits
     name = f"feed_{uuid.uuid4().hex[:8]}"
     t = f"{ws.schema}.{name}"
@@ -107,7 +114,7 @@ def test_changes_between_any_two_seqs_replay_the_replica_exactly(workspace):
     live, next_id = set(), [1]
     rng = random.Random(29)
     for _ in range(5):
-        random_transaction(ws, rng, t, live, next_id)
+        random_transaction(ws, rng, t, live, next_id, mysql)
     ws.htap("tables", "add", f"{ws.schema}.{name}")
     ws.start_service()
     ws.wait_readable(name)
@@ -120,10 +127,11 @@ def test_changes_between_any_two_seqs_replay_the_replica_exactly(workspace):
 
     for round in range(12):
         for _ in range(rng.randint(1, 6)):
-            random_transaction(ws, rng, t, live, next_id)
+            random_transaction(ws, rng, t, live, next_id, mysql)
         if round == 5:  # a bulk insert: the partition splits (ranges after this span a repartition)
             before = layouts()
-            ws.sql(f"INSERT INTO {t} SELECT g, 'bulk', g / 100.0, NULL FROM generate_series({next_id[0]}, {next_id[0] + 149}) g")
+            rows = f"seq_{next_id[0]}_to_{next_id[0] + 149}" if mysql else f"generate_series({next_id[0]}, {next_id[0] + 149}) AS g(seq)"
+            ws.sql(f"INSERT INTO {t} SELECT seq, 'bulk', seq / 100.0, NULL FROM {rows}")
             live.update(range(next_id[0], next_id[0] + 150))
             next_id[0] += 150
             wait_until(lambda: layouts() > before, None, "the table to be repartitioned")
@@ -159,6 +167,7 @@ def test_changes_between_any_two_seqs_replay_the_replica_exactly(workspace):
             changes(seqs[0], table.max_safe_seq + 1_000_000)
 
 
+@pytest.mark.pg
 @pytest.mark.spark
 def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(workspace, spark, tmp_path):
     """`readChangeFeed` on the `htap` data source: a batch read equals read_changes; a stream
