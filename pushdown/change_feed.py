@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from htap.errors import ConfigError
 
@@ -34,7 +35,9 @@ OPTION_READ_CHANGE_FEED = "readchangefeed"
 OPTION_STARTING_VERSION = "startingversion"
 OPTION_STARTING_TIMESTAMP = "startingtimestamp"
 OPTION_ENDING_VERSION = "endingversion"
-OPTIONS = (OPTION_READ_CHANGE_FEED, OPTION_STARTING_VERSION, OPTION_STARTING_TIMESTAMP, OPTION_ENDING_VERSION)
+OPTION_MAX_CHANGES = "maxchangespertrigger"
+OPTIONS = (OPTION_READ_CHANGE_FEED, OPTION_STARTING_VERSION, OPTION_STARTING_TIMESTAMP, OPTION_ENDING_VERSION,
+           OPTION_MAX_CHANGES)
 LATEST, SNAPSHOT = "latest", "snapshot"
 
 
@@ -53,6 +56,7 @@ class FeedOptions:
     start: int | str | None  # a seq, LATEST or SNAPSHOT; None: startingTimestamp or the default
     start_time: float | None
     end: int | None
+    max_changes: int | None = None  # a micro-batch's row versions (more only for one transaction)
 
     @classmethod
     def parse(cls, options) -> "FeedOptions":
@@ -70,10 +74,14 @@ class FeedOptions:
             if start_time is not None:
                 start_time = _unix_seconds(str(start_time))
             end = parse_seq(str(end)) if end is not None else None
+            max_changes = int(opts[OPTION_MAX_CHANGES]) if opts.get(OPTION_MAX_CHANGES) else None
+            if max_changes is not None and max_changes < 1:
+                raise ValueError("maxChangesPerTrigger must be at least 1")
         except (ValueError, ConfigError) as e:
             raise ConfigError(f"change feed options: {e} (startingVersion: a seq, latest or snapshot; "
-                              f"startingTimestamp: Unix seconds or ISO 8601; endingVersion: a seq)") from e
-        return cls(start, start_time, end)
+                              f"startingTimestamp: Unix seconds or ISO 8601; endingVersion: a seq; "
+                              f"maxChangesPerTrigger: a positive integer)") from e
+        return cls(start, start_time, end, max_changes)
 
 
 def _unix_seconds(text: str) -> float:
@@ -149,6 +157,13 @@ class _Feed:
             return self.safe_seq(), start == SNAPSHOT
         return int(start), False
 
+    def seq_within(self, start: int, budget: int, latest: int) -> int:
+        from htap.replica.changes import seq_within
+        from htap.replica.warehouse import open_warehouse
+
+        with self.store() as store:
+            return seq_within(store, open_warehouse(self.cfg), store.table_by_id(self.table_id), start, budget, latest)
+
     def partition(self, start: int, end: int, snapshot: bool) -> ChangePartition:
         """The task of the range, leased from the driver (checked against the window first)."""
         from htap.replica.changes import check_range
@@ -204,18 +219,35 @@ class ChangeFeedReader(DataSourceReader):
         yield from read_partition(partition)
 
 
-class ChangeFeedStreamReader(DataSourceStreamReader):
-    """Micro-batches of changes; offsets {"seq": n} (and "snapshot": the rows at n come first)."""
+class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of changes; offsets {"seq": n} (and "snapshot": the rows at n come first).
+    With maxChangesPerTrigger a micro-batch ends at the last seq that keeps it within that many
+    row versions (a bigger transaction is one micro-batch of its own)."""
 
     def __init__(self, options, schema):
         self.feed = _Feed(options, schema)
+        self.target: int | None = None  # Trigger.AvailableNow: the seq the query ends at
 
     def initialOffset(self) -> dict:
         start, snapshot = self.feed.start_seq(default=LATEST)
         return {"seq": start, "snapshot": snapshot}
 
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        budget = self.feed.feed.max_changes
+        return ReadMaxRows(budget) if budget else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self.feed.safe_seq()
+
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        return {"seq": self.feed.safe_seq(), "snapshot": False}
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        latest = self.feed.safe_seq() if self.target is None else self.target
+        if start is not None and isinstance(limit, ReadMaxRows) and latest > start["seq"]:
+            latest = self.feed.seq_within(start["seq"], limit.max_rows, latest)
+        return {"seq": max(latest, start["seq"]) if start is not None else latest, "snapshot": False}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         if start["seq"] >= end["seq"] and not start.get("snapshot"):

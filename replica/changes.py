@@ -94,6 +94,26 @@ def read_changes(store: MetadataStore, warehouse: Warehouse, table: TableInfo, s
     return _with_times(store, table, changes, schema)
 
 
+def seq_within(store: MetadataStore, warehouse: Warehouse, table: TableInfo, start: int, budget: int, latest: int) -> int:
+    """The highest seq up to `latest` whose range from `start` holds at most `budget` row versions,
+    and at least the first seq after `start` that holds any: a transaction is never split (a
+    stream's admission control, maxChangesPerTrigger)."""
+    deltas = [d for d in _deltas_at(store, table, latest) if d.max_seq > start and d.min_seq <= latest]
+    if not deltas:
+        return latest
+    with warehouse.local({d.path: d.checksum for d in deltas}) as root:
+        counts = _query(table, f"SELECT {ident(SEQ)} AS seq, count(*) AS n FROM {parquet_source([str(root / d.path) for d in deltas])}"
+                               f" WHERE {ident(SEQ)} > {int(start)} AND {ident(SEQ)} <= {int(latest)} GROUP BY 1 ORDER BY 1")
+    if counts.num_rows == 0:
+        return latest
+    seqs, total = counts.column("seq").to_pylist(), 0
+    for i, n in enumerate(counts.column("n").to_pylist()):
+        total += n
+        if total > budget:
+            return seqs[max(i - 1, 0)]
+    return latest
+
+
 def _pieces(store: MetadataStore, table: TableInfo, start: int, end: int) -> list[tuple[str, int, int, int | None]]:
     """("versions", lo, hi, floor) and ("truncate", lo, t, floor) steps covering (start, end]."""
     cuts = sorted({layout.from_seq for layout, _why in store.layouts(table.id) if start < layout.from_seq < end})

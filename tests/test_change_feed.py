@@ -211,6 +211,18 @@ def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(wor
 
     assert rows(r.asDict() for r in batch.collect()) == rows(expected.to_pylist())
 
+    # Admission control: micro-batches of at most 3 row versions (or one transaction), the same rows.
+    batches = []
+    (spark.readStream.format("htap").options(**options, startingVersion=str(first), maxChangesPerTrigger="3").load()
+     .writeStream.foreachBatch(lambda df, _i: batches.append([r.asDict() for r in df.collect()]))
+     .option("checkpointLocation", str(tmp_path / "limited")).trigger(availableNow=True).start().awaitTermination())
+    assert len([b for b in batches if b]) > 1
+    for b in batches:
+        versions = [r for r in b if r["_change_type"] != "update_preimage"]
+        assert len(versions) <= 3 or len({r["_commit_seq"] for r in b}) == 1, "a micro-batch over its limit"
+    limited = [r for b in batches for r in b if r["_commit_seq"] <= second]
+    assert rows(limited) == rows(expected.to_pylist())
+
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
 
     def run_stream() -> None:
