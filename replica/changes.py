@@ -17,9 +17,9 @@ layout changed (a repartition at seq S: the old partitions hold every version up
 ones the rows live at S and every later version) or a truncation falls inside, the range is read
 in pieces that each use one layout and one truncation floor.
 
-`_commit_timestamp` is when the replica had made the change readable, to within a second (the
-first of the source's safe points at or past its seq, kept one a second), not the source's
-commit time, which the replica does not keep.
+`_commit_timestamp` is when the replica made the change readable: the commit of the checkpoint
+that stored it (the first of the source's safe points at or past its seq; every checkpoint that
+stores changes records one), not the source's commit time, which the replica does not keep.
 """
 
 from __future__ import annotations
@@ -168,10 +168,14 @@ def _query(table: TableInfo, sql: str) -> pa.Table:
 def _versions(store: MetadataStore, warehouse: Warehouse, table: TableInfo, lo: int, hi: int,
               floor: int | None) -> pa.Table:
     """The changes of the versions in (lo, hi], each against the key's previous version."""
-    deltas = _deltas_at(store, table, lo)  # the older ones too: they hold the preimages
+    deltas = _deltas_at(store, table, lo)
+    # The partitions with a version in the range, all their deltas (the older ones hold the
+    # preimages): a key's versions live in one partition of a layout.
+    changed = {d.part for d in deltas if d.max_seq > lo and d.min_seq <= hi}
+    deltas = [d for d in deltas if d.part in changed]
     columns = table.arrow_schema.names
     out_schema = _without_time(table)
-    if not any(d.max_seq > lo and d.min_seq <= hi for d in deltas):
+    if not deltas:
         return out_schema.empty_table()
     keys = [ident(k) for k in table.key]
     key_list = ", ".join(keys)

@@ -16,7 +16,10 @@ from htap.replica.models import (
     Delta,
 )
 
-SAFE_POINT_EVERY_S = 1.0  # at most one seq <-> wall clock point per source per second
+# Seq <-> wall clock points: one for every checkpoint that stored changes or truncations (the
+# change feed's _commit_timestamp: when its changes became readable), otherwise at most one per
+# source per second (time travel; idle sources advance with every heartbeat).
+SAFE_POINT_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class DeltaRecords(MetadataDatabase):
                 (source, safe_seq, safe_time, self.clock()),
             )
             last = self._one("SELECT max(at) FROM safe_points WHERE source = ?", (source,))[0]
-            if last is None or safe_time - last >= SAFE_POINT_EVERY_S:
+            if last is None or safe_time - last >= SAFE_POINT_EVERY_S or deltas or truncations:
                 self._x(
                     "INSERT INTO safe_points (source, seq, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                     (source, safe_seq, safe_time),

@@ -123,18 +123,14 @@ class SourceRecords(MetadataDatabase):
 
     def safe_points_between(self, source: str, low: int, high: int) -> list[tuple[int, float]]:
         """(seq, wall clock) of the source's safe points from `low` to the first at or past
-        `high`, and its current position, in seq order: a seq became readable no later than the
-        first point at or past it (points are SAFE_POINT_EVERY_S apart)."""
+        `high`, in seq order: every checkpoint that stored changes records one, so the first
+        point at or past a change's seq is when that change became readable."""
         last = self._one("SELECT min(seq) FROM safe_points WHERE source = ? AND seq >= ?", (source, high))[0]
         rows = self._all(
             "SELECT seq, at FROM safe_points WHERE source = ? AND seq >= ? AND seq <= ? ORDER BY seq",
             (source, low, high if last is None else last),
         )
-        now = self._one("SELECT position, position_time FROM sources WHERE name = ?", (source,))
-        points = [(int(s), float(a)) for s, a in rows]
-        if now is not None and now[0] is not None and now[1] is not None and (not points or now[0] > points[-1][0]):
-            points.append((int(now[0]), float(now[1])))
-        return points
+        return [(int(s), float(a)) for s, a in rows]
 
     def forget_safe_points(self, source: str, before: float) -> None:
         with self._tx():
