@@ -4,7 +4,8 @@
 position was last known current) and bytes (log written after it), the log the source retains
 for the replica (Postgres: the slot's WAL, `wal_status`), whether that log was lost, the ingest
 phase. Per table: freshness (seconds since its max safe seq was known current), max safe seq,
-deltas, row versions, bytes, state. Durations of checkpoints, copies and compactions
+deltas, row versions, bytes, state, the named change feeds that hold a lease on it and the
+lowest seq they keep. Durations of checkpoints, copies and compactions
 (histograms, `htap.observe`), and the process's own CPU and memory. For an object-store
 warehouse, the service's local cache (`htap_cache_*`): hits, misses, bytes fetched, cached
 copies that failed their checksum, evictions, and its size against its limit. Executors keep
@@ -37,8 +38,8 @@ from prometheus_client.registry import Collector
 from htap.conf import HtapConfig
 from htap.errors import ConfigError
 from htap.ingest.health import PHASE_STREAMING, PHASES, ServiceState
+from htap.replica.changes import FEED_HOLDER
 from htap.replica.metadata import MetadataStore
-from htap.replica.warehouse import ObjectStoreWarehouse, open_warehouse
 from htap.replica.models import (
     STATE_CATCHING_UP,
     STATE_COPYING,
@@ -47,6 +48,7 @@ from htap.replica.models import (
     STATE_STREAMING,
     STATE_UNHEALTHY,
 )
+from htap.replica.warehouse import ObjectStoreWarehouse, open_warehouse
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,9 @@ class HtapCollector(Collector):
         versions = _gauge("htap_table_row_versions", "Row versions in the table's live deltas", tab)
         size = _gauge("htap_table_bytes", "Bytes of the table's live deltas", tab)
         state = _gauge("htap_table_state", "The table's state (1 for the current one)", tab + ["state"])
+        feeds = _gauge("htap_table_change_feed_pins", "Named change feeds holding a lease on the table (feedName)", tab)
+        feed_seq = _gauge("htap_table_change_feed_pinned_seq",
+                          "The lowest seq a named change feed keeps (compaction keeps every version above it)", tab)
 
         with MetadataStore(self.cfg.metadata) as store:
             for name in self.cfg.sources:
@@ -122,13 +127,17 @@ class HtapCollector(Collector):
                 size.add_metric(labels, float(nbytes))
                 for s in TABLE_STATES:
                     state.add_metric(labels + [s], 1.0 if s == t.state else 0.0)
+                held = [p.seq for p in store.live_pins(t.id) if p.holder.startswith(FEED_HOLDER)]
+                feeds.add_metric(labels, float(len(held)))
+                if held:
+                    feed_seq.add_metric(labels, float(min(held)))
                 if t.max_safe_seq is not None:
                     safe_seq.add_metric(labels, float(t.max_safe_seq))
                 if t.max_safe_time is not None:
                     safe_time.add_metric(labels, t.max_safe_time)
                     freshness.add_metric(labels, max(0.0, now - t.max_safe_time))
         yield from (up, phase, lag_s, position, lag_b, retained, warning, wal_status, lost, observed, recoveries,
-                    freshness, safe_seq, safe_time, deltas, partitions, versions, size, state)
+                    freshness, safe_seq, safe_time, deltas, partitions, versions, size, state, feeds, feed_seq)
         yield from self._cache()
 
     def _cache(self) -> Iterator[Metric]:

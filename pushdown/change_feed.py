@@ -36,8 +36,11 @@ OPTION_STARTING_VERSION = "startingversion"
 OPTION_STARTING_TIMESTAMP = "startingtimestamp"
 OPTION_ENDING_VERSION = "endingversion"
 OPTION_MAX_CHANGES = "maxchangespertrigger"
+OPTION_FEED_NAME = "feedname"
+OPTION_FEED_PIN_HOURS = "feedpinhours"
 OPTIONS = (OPTION_READ_CHANGE_FEED, OPTION_STARTING_VERSION, OPTION_STARTING_TIMESTAMP, OPTION_ENDING_VERSION,
-           OPTION_MAX_CHANGES)
+           OPTION_MAX_CHANGES, OPTION_FEED_NAME, OPTION_FEED_PIN_HOURS)
+FEED_PIN_HOURS = 24.0
 LATEST, SNAPSHOT = "latest", "snapshot"
 
 
@@ -57,6 +60,8 @@ class FeedOptions:
     start_time: float | None
     end: int | None
     max_changes: int | None = None  # a micro-batch's row versions (more only for one transaction)
+    name: str | None = None  # a named feed leases the start of what it reads next (feedName)
+    pin_hours: float = FEED_PIN_HOURS  # ... for this long after it last planned a range
 
     @classmethod
     def parse(cls, options) -> "FeedOptions":
@@ -77,11 +82,14 @@ class FeedOptions:
             max_changes = int(opts[OPTION_MAX_CHANGES]) if opts.get(OPTION_MAX_CHANGES) else None
             if max_changes is not None and max_changes < 1:
                 raise ValueError("maxChangesPerTrigger must be at least 1")
+            pin_hours = float(opts.get(OPTION_FEED_PIN_HOURS, FEED_PIN_HOURS))
+            if not 0 < pin_hours <= 24 * 365:
+                raise ValueError("feedPinHours must be above 0 and at most a year")
         except (ValueError, ConfigError) as e:
             raise ConfigError(f"change feed options: {e} (startingVersion: a seq, latest or snapshot; "
                               f"startingTimestamp: Unix seconds or ISO 8601; endingVersion: a seq; "
-                              f"maxChangesPerTrigger: a positive integer)") from e
-        return cls(start, start_time, end, max_changes)
+                              f"maxChangesPerTrigger: a positive integer; feedPinHours: hours)") from e
+        return cls(start, start_time, end, max_changes, opts.get(OPTION_FEED_NAME) or None, pin_hours)
 
 
 def _unix_seconds(text: str) -> float:
@@ -104,6 +112,7 @@ class ChangePartition(InputPartition):
     end: int
     snapshot: bool  # the table's rows at `start` first, as inserts
     window_s: float
+    pinned_from: int | None = None  # a named feed's lease (below the window: see check_range)
 
 
 class _Feed:
@@ -165,17 +174,25 @@ class _Feed:
             return seq_within(store, open_warehouse(self.cfg), store.table_by_id(self.table_id), start, budget, latest)
 
     def partition(self, start: int, end: int, snapshot: bool) -> ChangePartition:
-        """The task of the range, leased from the driver (checked against the window first)."""
-        from htap.replica.changes import check_range
+        """The task of the range, leased from the driver (checked against the window first). A
+        named feed moves its own lease to the range's start: it keeps what the feed reads next
+        (this range, again if the query restarts) for feedPinHours, even below the window."""
+        from htap.replica.changes import check_range, feed_holder, feed_pin
 
+        name = self.feed.name
         with self.store() as store:
             table = store.table_by_id(self.table_id)
-            check_range(store, table, start, end, self.cfg.window_s)
-            store.lease(table.id, start, self.cfg.pin_ttl_s)
+            pinned = feed_pin(store, table, name) if name else None
+            check_range(store, table, start, end, self.cfg.window_s, pinned)
+            if name:
+                store.move_pin(table.id, start, self.feed.pin_hours * 3600.0, feed_holder(name))
+                pinned = start
+            else:
+                store.lease(table.id, start, self.cfg.pin_ttl_s)
         return ChangePartition(
             metadata=self.opts.executor_metadata or str(self.cfg.metadata), warehouse=str(self.cfg.warehouse),
             object_store=self.cfg.object_store, table_id=self.table_id, start=start, end=end, snapshot=snapshot,
-            window_s=self.cfg.window_s,
+            window_s=self.cfg.window_s, pinned_from=pinned,
         )
 
 
@@ -189,10 +206,11 @@ def read_partition(partition: ChangePartition) -> Iterator:
     with MetadataStore(partition.metadata, read_only=True) as store:
         table = store.table_by_id(partition.table_id)
         if partition.snapshot:
-            yield from snapshot_inserts(store, warehouse, table, partition.start, partition.window_s).to_batches()
+            yield from snapshot_inserts(store, warehouse, table, partition.start, partition.window_s,
+                                        partition.pinned_from).to_batches()
         if partition.end > partition.start:
             yield from read_changes(store, warehouse, table, partition.start, partition.end, partition.window_s,
-                                    lease_s=None).to_batches()
+                                    lease_s=None, pinned_from=partition.pinned_from).to_batches()
 
 
 def change_ddl(store, source: str, schema: str, table: str) -> str:

@@ -53,19 +53,36 @@ def change_schema(table: TableInfo) -> pa.Schema:
                       pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC"))])
 
 
-def check_range(store: MetadataStore, table: TableInfo, start: int, end: int, window_s: float) -> None:
-    """Refuse a range the replica cannot answer exactly, saying why and what to do."""
+FEED_HOLDER = "feed:"  # leases of named change feeds: feed:<name>
+
+
+def feed_holder(name: str) -> str:
+    return FEED_HOLDER + name
+
+
+def feed_pin(store: MetadataStore, table: TableInfo, name: str) -> int | None:
+    """The seq a named feed's live lease holds on the table (None: none)."""
+    seqs = [p.seq for p in store.live_pins(table.id) if p.holder == feed_holder(name)]
+    return min(seqs) if seqs else None
+
+
+def check_range(store: MetadataStore, table: TableInfo, start: int, end: int, window_s: float,
+                pinned_from: int | None = None) -> None:
+    """Refuse a range the replica cannot answer exactly, saying why and what to do. `pinned_from`:
+    the seq a named feed's lease holds (compaction keeps every version above it), which extends
+    the window down to it (not below the table's copy)."""
     if end < start:
         raise OutsideWindow(f"changes of {table.qualified_name}: the range ({start}, {end}] ends before it starts")
     window = queryable_window(store, table, window_s)
     if window is None:
         raise OutsideWindow(f"{table.qualified_name} is not readable (state: {table.state}); its changes neither")
-    if start < window.min_seq:
+    low = window.min_seq if pinned_from is None else max(table.copy_seq or 0, min(window.min_seq, pinned_from))
+    if start < low:
         raise OutsideWindow(
             f"changes of {table.qualified_name} after seq {start} are no longer kept: the oldest seq it can answer "
-            f"from is {window.min_seq} ({window.min_seq - start} behind it). Start a new change feed from a snapshot "
-            f"of the table, and raise replica.window_s (now {window_s:g} s) to keep changes longer"
-            + (" (the table was copied again at that seq)" if window.min_seq == table.copy_seq else "")
+            f"from is {low} ({low - start} behind it). Start a new change feed from a snapshot of the table, and raise "
+            f"replica.window_s (now {window_s:g} s) to keep changes longer, or name the stream (feedName) so that "
+            f"its progress keeps them" + (" (the table was copied again at that seq)" if low == table.copy_seq else "")
         )
     if end > window.max_seq:
         raise OutsideWindow(
@@ -74,16 +91,17 @@ def check_range(store: MetadataStore, table: TableInfo, start: int, end: int, wi
 
 
 def read_changes(store: MetadataStore, warehouse: Warehouse, table: TableInfo, start: int, end: int,
-                 window_s: float, lease_s: float | None) -> pa.Table:
+                 window_s: float, lease_s: float | None, pinned_from: int | None = None) -> pa.Table:
     """The changes of `table` with start < seq <= end, in seq order (see the module docstring).
-    `lease_s`: lease `start` for that long first (None: the caller holds a lease at or below it)."""
+    `lease_s`: lease `start` for that long first (None: the caller holds a lease at or below it,
+    at `pinned_from` if that is below the window, see check_range)."""
     schema = change_schema(table)
-    check_range(store, table, start, end, window_s)
+    check_range(store, table, start, end, window_s, pinned_from)
     if end == start:
         return schema.empty_table()
     if lease_s is not None:
         store.lease(table.id, start, lease_s)  # compaction keeps every version a read at `start` needs
-        check_range(store, table, start, end, window_s)  # the window may have moved before the lease
+        check_range(store, table, start, end, window_s, pinned_from)  # the window may have moved before the lease
     parts = []
     for kind, lo, hi, floor in _pieces(store, table, start, end):
         if kind == "truncate":  # every row live just before the truncation at `hi`
@@ -218,9 +236,10 @@ def _versions(store: MetadataStore, warehouse: Warehouse, table: TableInfo, lo: 
     return rows.cast(out_schema)
 
 
-def snapshot_inserts(store: MetadataStore, warehouse: Warehouse, table: TableInfo, seq: int, window_s: float) -> pa.Table:
+def snapshot_inserts(store: MetadataStore, warehouse: Warehouse, table: TableInfo, seq: int, window_s: float,
+                     pinned_from: int | None = None) -> pa.Table:
     """The table's rows at `seq` as inserts at `seq` (a change feed that starts from a snapshot)."""
-    check_range(store, table, seq, seq, window_s)
+    check_range(store, table, seq, seq, window_s, pinned_from)
     rows = _rows_at(store, warehouse, table, seq, store.truncated_at(table.id, seq), "insert", seq)
     return _with_times(store, table, rows, change_schema(table))
 

@@ -99,6 +99,19 @@ class LeaseRecords(MetadataDatabase):
         with self._tx(durable=False):
             self._x("DELETE FROM pins WHERE id = ?", (pin_id,))
 
+    def move_pin(self, table_id: int, seq: int, ttl_s: float, holder: str) -> Pin:
+        """A holder's one lease on a table, moved to `seq` for `ttl_s` from now (a named change
+        feed's: htap.replica.changes): the new lease first, then the holder's others, in one
+        transaction, so what they protected stays protected until the new one is in place."""
+        now = self.clock()
+        with self._tx(durable=False):
+            (pin_id,) = self._one(
+                "INSERT INTO pins (table_id, seq, holder, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
+                (table_id, seq, holder, now, now + ttl_s),
+            )
+            self._x("DELETE FROM pins WHERE table_id = ? AND holder = ? AND id <> ?", (table_id, holder, pin_id))
+        return Pin(pin_id, table_id, seq, holder, now, now + ttl_s)
+
     def renew_held(self, holders: list[str], ttl_s: float) -> int:
         """Extend every live lease of these holders to at least `ttl_s` from now; how many."""
         if not holders:

@@ -266,3 +266,68 @@ def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(wor
     source = {r[0]: tuple(normalize(v) for v in r) for r in ws.sql(f"SELECT id, v, n, big FROM {t}")}
     assert state == source
     assert sorted(state) == sorted(live)
+
+
+@pytest.mark.pg
+@pytest.mark.spark
+def test_a_named_feed_keeps_its_changes_past_the_window(workspace, spark, tmp_path):
+    """With a 1 s queryable window, changes older than a second are folded by compaction and
+    refused to an unnamed read; a stream named with feedName leases the start of what it reads
+    next, so after its window passed it still reads every change exactly (and the metrics show
+    the lease)."""
+    from htap.app.metrics import HtapCollector
+    from htap.conf import load_config
+    from htap.ingest.health import ServiceState
+    from htap.replica.metadata import MetadataStore
+    from htap.replica.read_plans import queryable_window
+
+    ws = workspace
+    tune(ws, flush_interval_s=0.05, compaction_interval_s=0.2, window_s=1.0)
+    name = f"feed_{uuid.uuid4().hex[:8]}"
+    t = f"{ws.schema}.{name}"
+    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n numeric(10, 2), big text)")
+    live, next_id, rng = set(), [1], random.Random(2900)
+    for _ in range(4):
+        random_transaction(ws, rng, t, live, next_id)
+    ws.htap("tables", "add", f"{ws.schema}.{name}")
+    ws.start_service()
+    ws.wait_readable(name)
+    ws.wait_caught_up(name)
+    options = {"config": str(ws.config), "table": f"{ws.schema}.{name}", "readChangeFeed": "true"}
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+
+    def run_stream() -> None:
+        (spark.readStream.format("htap").options(**options, startingVersion="snapshot", feedName="etl").load()
+         .writeStream.format("parquet").option("path", str(sink)).option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start().awaitTermination())
+
+    run_stream()
+    start = ws.table(name).max_safe_seq  # what the stream read up to (it planned its last range there)
+    for _ in range(10):
+        random_transaction(ws, rng, t, live, next_id)
+    ws.wait_caught_up(name)
+    cfg = load_config(ws.config)
+    with MetadataStore(cfg.metadata) as store:
+        wait_until(lambda: queryable_window(store, store.get_table(ws.source, ws.schema, name), cfg.window_s).min_seq > start,
+                   None, "the queryable window to pass the stream's position")
+        metrics = {m.name: m for m in HtapCollector(cfg, ServiceState()).collect()}
+    held = [s.value for s in metrics["htap_table_change_feed_pins"].samples if s.labels["table"] == f"{ws.schema}.{name}"]
+    assert held == [1.0]
+
+    from htap.replica.read_plans import OutsideWindow
+
+    with pytest.raises(Exception, match="no longer kept"):  # unnamed: refused, not wrong
+        spark.read.format("htap").options(**options, startingVersion=str(start)).load().collect()
+    with MetadataStore(cfg.metadata) as store:
+        from htap.replica.changes import read_changes
+        from htap.replica.warehouse import open_warehouse
+
+        with pytest.raises(OutsideWindow):
+            read_changes(store, open_warehouse(cfg), store.get_table(ws.source, ws.schema, name), start,
+                         ws.table(name).max_safe_seq, cfg.window_s, 60.0)
+    run_stream()  # named: from its checkpoint, below the window
+    streamed = sorted((r.asDict() for r in spark.read.parquet(str(sink)).collect()),
+                      key=lambda r: (r["_commit_seq"], r["id"], {"delete": 0, "update_preimage": 1,
+                                                                 "update_postimage": 2, "insert": 3}[r["_change_type"]]))
+    state = apply({}, pa.Table.from_pylist(streamed), ["id", "v", "n", "big"])
+    assert state == {r[0]: tuple(normalize(v) for v in r) for r in ws.sql(f"SELECT id, v, n, big FROM {t}")}
