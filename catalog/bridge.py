@@ -109,6 +109,7 @@ def _parser() -> _Parser:
         sub.add_parser(command).add_argument("owners", nargs="*", help="lease owners of Spark scans (HtapScan)")
     ts = sub.add_parser("table-schema", help="the Spark DDL of a table, statistics on its first column (loadTable)")
     ts.add_argument("table", help="<schema>.<table>")
+    ts.add_argument("--changes", action="store_true", help="the DDL of the table's change feed (htap.pushdown.change_feed)")
     pr = sub.add_parser("plan-read", help="plan a scan's read as Spark's planning worker would (PickledDataSource)")
     pr.add_argument("options", help="the scan's data source options, a JSON object")
     pr.add_argument("schema", help="the read schema, Spark's StructType JSON")
@@ -148,8 +149,10 @@ def call(argv: list[str]) -> int:
             elif args.command == "table-schema":
                 schema, name = args.table.split(".", 1)
                 source = cfg.source(args.source)
+                if args.changes:
+                    from htap.pushdown.change_feed import change_ddl
                 try:
-                    ddl = table_ddl(store, source.name, schema, name)
+                    ddl = (change_ddl if args.changes else table_ddl)(store, source.name, schema, name)
                 except NoSuchTableError:
                     not_htap = _source_table_not_htap(cfg, source, schema, name)
                     if not_htap is None:

@@ -169,7 +169,7 @@ def test_changes_between_any_two_seqs_replay_the_replica_exactly(feed_workspace)
 
 @pytest.mark.pg
 @pytest.mark.spark
-def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(workspace, spark, tmp_path):
+def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(workspace, spark, catalog, tmp_path):
     """`readChangeFeed` on the `htap` data source: a batch read equals read_changes; a stream
     from a snapshot, run until caught up, then restarted from its checkpoint after more writes,
     gives rows that applied in order to an empty table rebuild the source table exactly (nothing
@@ -210,6 +210,15 @@ def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(wor
         return sorted((r["_commit_seq"], r["_change_type"], tuple(normalize(r[n]) for n in names)) for r in records)
 
     assert rows(r.asDict() for r in batch.collect()) == rows(expected.to_pylist())
+    # The same through the catalog: <catalog>.changes.<schema>.<table>, in SQL and as a stream.
+    feed_table = f"{catalog}.changes.{ws.schema}.{name}"
+    sql = spark.sql(f"SELECT * FROM {feed_table} WITH ('startingVersion' = '{first}', 'endingVersion' = '{second}')")
+    assert rows(r.asDict() for r in sql.collect()) == rows(expected.to_pylist())
+    via_catalog = []
+    (spark.readStream.option("startingVersion", str(first)).table(feed_table)
+     .writeStream.foreachBatch(lambda df, _i: via_catalog.extend(r.asDict() for r in df.collect()))
+     .option("checkpointLocation", str(tmp_path / "via-catalog")).trigger(availableNow=True).start().awaitTermination())
+    assert rows(r for r in via_catalog if r["_commit_seq"] <= second) == rows(expected.to_pylist())
 
     # Admission control: micro-batches of at most 3 row versions (or one transaction), the same rows.
     batches = []

@@ -105,7 +105,13 @@ public class HtapCatalog implements TableCatalog {
     return load(ident, Map.of("as_of_time", Double.toString(timestampMicros / 1e6)));
   }
 
+  /** The namespace of change feeds: {@code <catalog>.changes.<schema>.<table>} (ChangeFeedTable). */
+  static final String CHANGES = "changes";
+
   private Table load(Identifier ident, Map<String, String> extra) throws NoSuchTableException {
+    if (ident.namespace().length == 2 && ident.namespace()[0].equalsIgnoreCase(CHANGES) && extra.isEmpty()) {
+      return loadChanges(ident);
+    }
     if (ident.namespace().length != 1) {
       throw new NoSuchTableException(ident);
     }
@@ -138,6 +144,19 @@ public class HtapCatalog implements TableCatalog {
       }
     }
     return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions, stats);
+  }
+
+  private Table loadChanges(Identifier ident) throws NoSuchTableException {
+    Map<String, String> tableOptions = new HashMap<>(options);
+    String table = ident.namespace()[1] + "." + ident.name();
+    tableOptions.put("table", table);
+    StructType schema;
+    try {
+      schema = StructType.fromDDL(Bridge.call(options, "table-schema", table, "--changes").get("ddl").asText());
+    } catch (Bridge.NoSuchTable e) {
+      throw new NoSuchTableException(ident);
+    }
+    return new ChangeFeedTable(name + "." + CHANGES + "." + table, schema, tableOptions);
   }
 
   static final String STATS_COMMENT = "htap.stats:";  // keep in sync with htap.pushdown.spark_types
