@@ -29,8 +29,8 @@ import traceback
 
 from htap.catalog.properties import set_property
 from htap.conf import SPARK_CONFIG_HINT, HtapConfig, cached_config
-from htap.errors import DAMAGE_PREFIX, ConfigError, DamagedReplicaError, HtapError, NoSuchTableError
 from htap.connectors.registry import open_queryable, open_source
+from htap.errors import DAMAGE_PREFIX, ConfigError, DamagedReplicaError, HtapError, NoSuchTableError
 from htap.pushdown import plan_check, source_snapshot
 from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA

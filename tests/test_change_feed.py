@@ -21,7 +21,6 @@ from conftest import normalize, tune
 from workspace import wait_until
 
 
-
 def replica_state(cfg, store, table, seq: int) -> dict:
     """The replica's rows of `table` at `seq`, by key."""
     from htap.pushdown.replica_reader import read_plan
