@@ -9,7 +9,9 @@ What the grammar keeps in mind so that the one right answer is determined:
   determined multiset; the top-level order is compared row by row);
 - window functions whose value depends on the order among peers (row_number, lag, lead, ROWS
   frames) order by every column in scope after their own keys: rows tied on all of them are
-  identical, so any order among them gives the same output multiset;
+  identical, so any order among them gives the same output multiset; and a SELECT has at most
+  one of them (two would pair their values over identical rows arbitrarily: ROW_NUMBER 1 and 2
+  with LAG values p and x, or with x and p; fuzz seed 24 query 1908);
 - scalar subqueries are aggregates (one row);
 - no function whose result depends on row order (first, collect_list) or on the clock.
 ANSI mode is on: overflow and division by zero raise. Arithmetic avoids the `wide` columns (the
@@ -768,11 +770,17 @@ class Gen:
     def window(self, depth: int) -> Sel:
         frm, scope = self.from_clause(depth, max_rels=2)
         items = [self.expr(scope, None, 0) for _ in range(self.rng.randint(1, 3))]
+        order_dependent = False
         for _ in range(self.rng.randint(1, 2)):
-            items.append(self.window_call(scope))
+            call, dependent = self.window_call(scope, order_free=order_dependent)
+            items.append(call)
+            order_dependent |= dependent
         return Sel(f"SELECT {self.projection(items)} FROM {frm}{self.where(scope, depth)}", items)
 
-    def window_call(self, scope: list[Ref]) -> E:
+    def window_call(self, scope: list[Ref], order_free: bool = False) -> tuple[E, bool]:
+        """A window function, and whether its value depends on the order among peers. With
+        `order_free` such a one becomes its order-free kin over the same draws (rank, or a RANGE
+        aggregate: count, sum), so the queries of every seed stay as they were otherwise."""
         part = [self.column(scope).sql for _ in range(self.pick([0, 1, 1, 2]))]
         order = self.column(scope)
         direction = self.pick(["ASC", "DESC"])
@@ -781,14 +789,20 @@ class Gen:
                         "sum_rows", "ntile"])
         partition = f"PARTITION BY {', '.join(dict.fromkeys(part))} " if part else ""
         total = ", ".join([f"{order.sql} {direction}"] + ties_matter)
+        peers = f"{partition}ORDER BY {order.sql} {direction}"  # an order-free window's
         if fn in ("rank", "dense_rank"):
-            return E(f"{fn}() OVER ({partition}ORDER BY {order.sql} {direction})", SqlType("int"))
+            return E(f"{fn}() OVER ({peers})", SqlType("int")), False
         if fn in ("row_number", "ntile"):
             arg = str(self.rng.randint(2, 4)) if fn == "ntile" else ""
-            return E(f"{fn}({arg}) OVER ({partition}ORDER BY {total})", SqlType("int"))
+            if order_free:
+                return E(f"rank() OVER ({peers})", SqlType("int")), False
+            return E(f"{fn}({arg}) OVER ({partition}ORDER BY {total})", SqlType("int")), True
         if fn in ("lag", "lead"):
             a = self.expr(scope, None, 0)
-            return E(f"{fn}({a.sql}, {self.pick([1, 1, 2])}) OVER ({partition}ORDER BY {total})", a.type)
+            offset = self.pick([1, 1, 2])
+            if order_free:
+                return E(f"count({a.sql}) OVER ({peers})", SqlType("bigint")), False
+            return E(f"{fn}({a.sql}, {offset}) OVER ({partition}ORDER BY {total})", a.type), True
         src = self.pick([INT, DEC, FLOAT]) if fn not in ("min", "max", "count") else None
         a = self.narrow(scope, src, 0) if src else self.expr(scope, None, 0)
         name = fn.replace("_rows", "")
@@ -804,10 +818,12 @@ class Gen:
             frame = self.pick(["ROWS BETWEEN 1 PRECEDING AND CURRENT ROW",
                                "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING",
                                "ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING"])
-            return E(f"sum({a.sql}) OVER ({partition}ORDER BY {total} {frame})", t)
+            if order_free:
+                return E(f"sum({a.sql}) OVER ({peers})", t), False
+            return E(f"sum({a.sql}) OVER ({partition}ORDER BY {total} {frame})", t), True
         if self.chance(0.3):
-            return E(f"{name}({a.sql}) OVER ({partition.strip()})", t)
-        return E(f"{name}({a.sql}) OVER ({partition}ORDER BY {order.sql} {direction})", t)
+            return E(f"{name}({a.sql}) OVER ({partition.strip()})", t), False
+        return E(f"{name}({a.sql}) OVER ({peers})", t), False
 
     def setop(self, depth: int) -> Sel:
         left = self.select(depth - 1) if self.chance(0.3) else self.plain(depth - 1)
