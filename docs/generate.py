@@ -70,7 +70,7 @@ def config_sections() -> list[tuple[str, str, dict[str, tuple[object, str]], dic
     for kind, cls in CONFIG_CLASSES.items():
         types = types_of(cls)
         types["kind"] = "str"
-        sections.append((f"sources.<name>", f"A source of kind `{kind}`: a section `[sources.<name>]` with `kind = \"{kind}\"`.",
+        sections.append(("sources.<name>", f"A source of kind `{kind}`: a section `[sources.<name>]` with `kind = \"{kind}\"`.",
                          cls.KEYS, types))
     return sections
 
@@ -565,6 +565,19 @@ def more_page(files: dict[str, bytes | str]) -> str:
               [(f"{q}: {k}", v) for q, d in r["queries"].items() for k, v in d.items()],
               f"{r['rows']:,} rows read from Postgres as one range or {r['tasks']['ranges']} ranges of {r['range_rows']:,} "
               f"rows on {r['cpus']} CPUs: parallel ranges pay only with spare cores.")
+    r = _load("change_feed.json")
+    if r:
+        lat, thr = r["latency"], r["throughput"]
+        table("Change feed", "change_feed.json", "python -m bench.change_feed",
+              [("commit to micro-batch (0.5 s trigger), p50 / p99 s", f"{lat['feed_p50_s']:.3f} / {lat['feed_p99_s']:.3f}"),
+               ("commit to readable in the replica, same run, p50 / p99 s",
+                f"{lat['replica_visible_p50_s']:.3f} / {lat['replica_visible_p99_s']:.3f}"),
+               ("feed / readable, p50", f"{lat['feed_over_visible_p50']:.2f}x"),
+               ("changes seen / committed", f"{lat['changes']:,} / {lat['committed']:,}"),
+               ("a backlog read from the checkpoint, changes/s", f"{thr['changes_per_s']:,.0f}"),
+               ("a snapshot read through the same source, rows/s", f"{thr['snapshot_rows_per_s']:,.0f}")],
+              f"{r['rate_tps']} single-row updates/s for {r['seconds']} s on a {r['rows']:,}-row table, then a backlog of "
+              f"{r['backlog']:,} updates in one transaction; load average {r['load_average'][0]:.1f} on {r['cpus']} CPUs.")
     r = _load("metrics.json")
     if r:
         table("Metrics endpoint", "metrics.json", "python -m bench.metrics --tables 500 --deltas 10 --rounds 30",
