@@ -7,6 +7,7 @@ the pyspark version: nothing compiled is ever committed or shipped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -132,3 +133,21 @@ def spark_session(catalog: str, config_path: str | os.PathLike, source: str | No
     for key, value in {**spark_conf(catalog, config_path, source), **extra}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def spark_confs(spark, values: dict[str, str]):
+    """Spark SQL confs set for a block, then what was there before restored. Not `unset`: that
+    drops a value the session was built with (DSv2 join pushdown on, from htap's spark_conf) to
+    Spark's own default, and every later query of a shared session would run with it."""
+    before = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)

@@ -23,6 +23,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from htap.catalog.shim import spark_confs
+
 from fuzz import grammar
 from fuzz.compare import Difference, compare, show
 from fuzz.execute import Result
@@ -198,22 +200,6 @@ def evaluate(spark, query: grammar.Query, targets: Targets, timeout_s: float, or
 PERTURBED_PLAN = {"spark.sql.autoBroadcastJoinThreshold": "-1", "spark.sql.shuffle.partitions": "7"}
 
 
-@contextlib.contextmanager
-def spark_settings(spark, settings: dict[str, str]):
-    """Session settings for the duration of the block, restored afterwards."""
-    before = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
-
-
 def _oracle_order_dependence(spark, q: grammar.Query, targets: Targets, timeout_s: float,
                              out: Outcome) -> Difference | None:
     """What changes in plain Spark's answer when it reads the same rows in another order, or
@@ -221,7 +207,7 @@ def _oracle_order_dependence(spark, q: grammar.Query, targets: Targets, timeout_
     first = out.results["oracle"]
     variants = [(refs, {}) for refs in targets.oracle_reordered] + [(targets.oracle_reordered[0], PERTURBED_PLAN)]
     for refs, settings in variants:
-        with spark_settings(spark, settings):
+        with spark_confs(spark, settings):
             again = execute(spark, q.text(refs), timeout_s)
         if first.ok != again.ok:
             error = first.error if not first.ok else again.error

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -14,7 +13,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from htap.catalog.shim import spark_session
+from htap.catalog.shim import spark_confs, spark_session  # noqa: F401  (spark_confs: shared with tests)
 
 from services import SERVICES, pg_dsn
 from workspace import DEADLINE_S, HTAP, Workspace, current_lsn, wait_until  # noqa: F401  (shared with tests)
@@ -173,19 +172,3 @@ def tune(ws, **settings) -> None:
     ws.config.write_text("\n".join(lines) + "\n")
 
 
-@contextlib.contextmanager
-def spark_confs(spark, values: dict[str, str]):
-    """Spark SQL confs set for a block, then what was there before restored. Not `unset`: that
-    drops a value the session was built with (DSv2 join pushdown on, from htap's spark_conf) to
-    Spark's own default, and every later test of the worker's shared session would run with it."""
-    before = {k: spark.conf.get(k, None) for k in values}
-    for k, v in values.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)

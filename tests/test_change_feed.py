@@ -59,6 +59,17 @@ def apply(state: dict, changes: pa.Table, names: list[str]) -> dict:
     return state
 
 
+CHANGE_ORDER = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}  # of one key at one seq
+
+
+def rebuild(spark, sink) -> dict:
+    """A Parquet sink's change rows (as Spark's file sink committed them, in any order) applied
+    in seq order to an empty table."""
+    rows = sorted((r.asDict() for r in spark.read.parquet(str(sink)).collect()),
+                  key=lambda r: (r["_commit_seq"], r["id"], CHANGE_ORDER[r["_change_type"]]))
+    return apply({}, pa.Table.from_pylist(rows), ["id", "v", "n", "big"])
+
+
 def random_transaction(ws, rng: random.Random, t: str, live: set[int], next_id: list[int], mysql: bool = False) -> None:
     """Inserts, updates that leave `big` alone (unchanged TOAST on Postgres), deletes, key
     changes, and now and then a TRUNCATE (MySQL: a DELETE of every row, TRUNCATE being DDL)."""
@@ -90,6 +101,31 @@ def random_transaction(ws, rng: random.Random, t: str, live: set[int], next_id: 
     ws.sql("COMMIT")
 
 
+class FeedTable:
+    """A source table under random transactions (random_transaction), replicated by `htap serve`."""
+
+    def __init__(self, ws, seed: int, transactions: int, mysql: bool = False, **settings):
+        tune(ws, flush_interval_s=0.05, **settings)
+        self.ws, self.mysql, self.rng = ws, mysql, random.Random(seed)
+        self.name = f"feed_{uuid.uuid4().hex[:8]}"
+        self.t = f"{ws.schema}.{self.name}"
+        self.live: set[int] = set()
+        self.next_id = [1]
+        ws.sql(f"CREATE TABLE {self.t} (id int PRIMARY KEY, v text, n numeric(10, 2), big text)")
+        self.write(transactions)
+        ws.htap("tables", "add", f"{ws.schema}.{self.name}")
+        ws.start_service()
+        ws.wait_readable(self.name)
+        ws.wait_caught_up(self.name)
+
+    def write(self, transactions: int) -> None:
+        for _ in range(transactions):
+            random_transaction(self.ws, self.rng, self.t, self.live, self.next_id, self.mysql)
+
+    def source_rows(self) -> dict:
+        return {r[0]: tuple(normalize(v) for v in r) for r in self.ws.sql(f"SELECT id, v, n, big FROM {self.t}")}
+
+
 @pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.pg), pytest.param("mariadb", marks=pytest.mark.mysql)])
 def feed_workspace(request):
     """A Postgres or a MariaDB workspace, and whether it is MariaDB."""
@@ -106,18 +142,8 @@ def test_changes_between_any_two_seqs_replay_the_replica_exactly(feed_workspace)
     from htap.replica.warehouse import open_warehouse
 
     ws, mysql = feed_workspace
-    tune(ws, flush_interval_s=0.05, compaction_interval_s=0.2, partition_rows=60)  # checkpoints, merges, splits
-    name = f"feed_{uuid.uuid4().hex[:8]}"
-    t = f"{ws.schema}.{name}"
-    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n numeric(10, 2), big text)")
-    live, next_id = set(), [1]
-    rng = random.Random(29)
-    for _ in range(5):
-        random_transaction(ws, rng, t, live, next_id, mysql)
-    ws.htap("tables", "add", f"{ws.schema}.{name}")
-    ws.start_service()
-    ws.wait_readable(name)
-    ws.wait_caught_up(name)
+    feed = FeedTable(ws, 29, 5, mysql, compaction_interval_s=0.2, partition_rows=60)  # checkpoints, merges, splits
+    name, t, live, next_id = feed.name, feed.t, feed.live, feed.next_id
     seqs = [ws.table(name).max_safe_seq]
 
     def layouts() -> int:
@@ -125,8 +151,7 @@ def test_changes_between_any_two_seqs_replay_the_replica_exactly(feed_workspace)
             return len(store.layouts(ws.table(name).id))
 
     for round in range(12):
-        for _ in range(rng.randint(1, 6)):
-            random_transaction(ws, rng, t, live, next_id, mysql)
+        feed.write(feed.rng.randint(1, 6))
         if round == 5:  # a bulk insert: the partition splits (ranges after this span a repartition)
             before = layouts()
             rows = f"seq_{next_id[0]}_to_{next_id[0] + 149}" if mysql else f"generate_series({next_id[0]}, {next_id[0] + 149}) AS g(seq)"
@@ -179,20 +204,10 @@ def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(wor
     from htap.replica.warehouse import open_warehouse
 
     ws = workspace
-    tune(ws, flush_interval_s=0.05)
-    name = f"feed_{uuid.uuid4().hex[:8]}"
-    t = f"{ws.schema}.{name}"
-    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n numeric(10, 2), big text)")
-    live, next_id, rng = set(), [1], random.Random(290)
-    for _ in range(6):
-        random_transaction(ws, rng, t, live, next_id)
-    ws.htap("tables", "add", f"{ws.schema}.{name}")
-    ws.start_service()
-    ws.wait_readable(name)
-    ws.wait_caught_up(name)
+    feed = FeedTable(ws, 290, 6)
+    name = feed.name
     first = ws.table(name).max_safe_seq
-    for _ in range(8):
-        random_transaction(ws, rng, t, live, next_id)
+    feed.write(8)
     ws.wait_caught_up(name)
     second = ws.table(name).max_safe_seq
 
@@ -244,11 +259,9 @@ def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(wor
     query = (spark.readStream.format("htap").options(**options, startingVersion="snapshot").load()
              .writeStream.format("parquet").option("path", str(sink)).option("checkpointLocation", str(checkpoint))
              .trigger(processingTime="0.2 seconds").start())
-    for _ in range(4):
-        random_transaction(ws, rng, t, live, next_id)
+    feed.write(4)
     ws.stop_service(signal.SIGKILL)
-    for _ in range(4):
-        random_transaction(ws, rng, t, live, next_id)
+    feed.write(4)
     ws.start_service()
     ws.wait_caught_up(name)
     last = ws.table(name).max_safe_seq
@@ -259,21 +272,13 @@ def test_change_feed_in_spark_batch_and_a_restarted_stream_rebuild_the_table(wor
 
     wait_until(lambda: streamed_to() >= last, None, f"the stream to reach seq {last}")
     query.stop()
-    for _ in range(4):
-        random_transaction(ws, rng, t, live, next_id)
+    feed.write(4)
     ws.wait_caught_up(name)
     last = ws.table(name).max_safe_seq
     run_stream()  # from its checkpoint again: the changes after what the running query read
-    streamed = pa.Table.from_pylist([r.asDict() for r in spark.read.parquet(str(sink)).collect()])
-    streamed = streamed.sort_by([("_commit_seq", "ascending"), ("id", "ascending")])
-    # a preimage before its postimage: sort_by is stable only per key; order them explicitly
-    order = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}
-    ordered = sorted(streamed.to_pylist(), key=lambda r: (r["_commit_seq"], r["id"], order[r["_change_type"]]))
-    state = apply({}, pa.Table.from_pylist(ordered), names)
-    assert max(r["_commit_seq"] for r in ordered) <= last
-    source = {r[0]: tuple(normalize(v) for v in r) for r in ws.sql(f"SELECT id, v, n, big FROM {t}")}
-    assert state == source
-    assert sorted(state) == sorted(live)
+    assert spark.read.parquet(str(sink)).agg({"_commit_seq": "max"}).collect()[0][0] <= last
+    assert rebuild(spark, sink) == feed.source_rows()
+    assert sorted(feed.source_rows()) == sorted(feed.live)
 
 
 @pytest.mark.pg
@@ -290,17 +295,8 @@ def test_a_named_feed_keeps_its_changes_past_the_window(workspace, spark, tmp_pa
     from htap.replica.read_plans import queryable_window
 
     ws = workspace
-    tune(ws, flush_interval_s=0.05, compaction_interval_s=0.2, window_s=1.0)
-    name = f"feed_{uuid.uuid4().hex[:8]}"
-    t = f"{ws.schema}.{name}"
-    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n numeric(10, 2), big text)")
-    live, next_id, rng = set(), [1], random.Random(2900)
-    for _ in range(4):
-        random_transaction(ws, rng, t, live, next_id)
-    ws.htap("tables", "add", f"{ws.schema}.{name}")
-    ws.start_service()
-    ws.wait_readable(name)
-    ws.wait_caught_up(name)
+    feed = FeedTable(ws, 2900, 4, compaction_interval_s=0.2, window_s=1.0)
+    name = feed.name
     options = {"config": str(ws.config), "table": f"{ws.schema}.{name}", "readChangeFeed": "true"}
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
 
@@ -311,8 +307,7 @@ def test_a_named_feed_keeps_its_changes_past_the_window(workspace, spark, tmp_pa
 
     run_stream()
     start = ws.table(name).max_safe_seq  # what the stream read up to (it planned its last range there)
-    for _ in range(10):
-        random_transaction(ws, rng, t, live, next_id)
+    feed.write(10)
     ws.wait_caught_up(name)
     cfg = load_config(ws.config)
     with MetadataStore(cfg.metadata) as store:
@@ -334,11 +329,7 @@ def test_a_named_feed_keeps_its_changes_past_the_window(workspace, spark, tmp_pa
             read_changes(store, open_warehouse(cfg), store.get_table(ws.source, ws.schema, name), start,
                          ws.table(name).max_safe_seq, cfg.window_s, 60.0)
     run_stream()  # named: from its checkpoint, below the window
-    streamed = sorted((r.asDict() for r in spark.read.parquet(str(sink)).collect()),
-                      key=lambda r: (r["_commit_seq"], r["id"], {"delete": 0, "update_preimage": 1,
-                                                                 "update_postimage": 2, "insert": 3}[r["_change_type"]]))
-    state = apply({}, pa.Table.from_pylist(streamed), ["id", "v", "n", "big"])
-    assert state == {r[0]: tuple(normalize(v) for v in r) for r in ws.sql(f"SELECT id, v, n, big FROM {t}")}
+    assert rebuild(spark, sink) == feed.source_rows()
 
 
 STREAM = """
@@ -366,17 +357,8 @@ def test_a_stream_killed_with_sigkill_resumes_exactly_once(workspace, spark, tmp
     import sys
 
     ws = workspace
-    tune(ws, flush_interval_s=0.05)
-    name = f"feed_{uuid.uuid4().hex[:8]}"
-    t = f"{ws.schema}.{name}"
-    ws.sql(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n numeric(10, 2), big text)")
-    live, next_id, rng = set(), [1], random.Random(2901)
-    for _ in range(4):
-        random_transaction(ws, rng, t, live, next_id)
-    ws.htap("tables", "add", f"{ws.schema}.{name}")
-    ws.start_service()
-    ws.wait_readable(name)
-    ws.wait_caught_up(name)
+    feed = FeedTable(ws, 2901, 4)
+    name = feed.name
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
     log = open(tmp_path / "stream.log", "ab")
 
@@ -388,26 +370,17 @@ def test_a_stream_killed_with_sigkill_resumes_exactly_once(workspace, spark, tmp
         folder = sink / "_spark_metadata"
         return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.exists() else 0
 
-    order = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}
-
     def rebuilt() -> dict:
-        """The sink's changes (as the file sink committed them) applied in order to an empty table."""
-        if not committed_batches():
-            return {}
-        streamed = sorted((r.asDict() for r in spark.read.parquet(str(sink)).collect()),
-                          key=lambda r: (r["_commit_seq"], r["id"], order[r["_change_type"]]))
-        return apply({}, pa.Table.from_pylist(streamed), ["id", "v", "n", "big"])
+        return rebuild(spark, sink) if committed_batches() else {}
 
     stream = start()
-    for _ in range(12):
-        random_transaction(ws, rng, t, live, next_id)
+    feed.write(12)
     wait_until(lambda: committed_batches() >= 2 or stream.poll() is not None, None, "two micro-batches in the sink")
     assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
     stream.send_signal(signal.SIGKILL)
     stream.wait()
-    for _ in range(6):
-        random_transaction(ws, rng, t, live, next_id)
-    source = {r[0]: tuple(normalize(v) for v in r) for r in ws.sql(f"SELECT id, v, n, big FROM {t}")}
+    feed.write(6)
+    source = feed.source_rows()
     stream = start()
     try:  # (apply() also fails at once on a change applied twice or out of order)
         wait_until(lambda: stream.poll() is not None or rebuilt() == source, None,

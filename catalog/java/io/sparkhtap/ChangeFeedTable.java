@@ -4,7 +4,6 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
 
-import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
@@ -23,26 +22,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * options (htap.pushdown.change_feed) go to the Python {@code htap} data source with
  * {@code readChangeFeed}; nothing is pushed (a range's rows are computed whole).
  */
-public class ChangeFeedTable implements SupportsRead {
-  private final String name;
-  private final StructType schema;
-  private final Map<String, String> options;
-
+public class ChangeFeedTable extends HtapTable {
   ChangeFeedTable(String name, StructType schema, Map<String, String> options) {
-    this.name = name;
-    this.schema = schema;
-    this.options = options;
-  }
-
-  @Override
-  public String name() {
-    return name;
-  }
-
-  @Override
-  @SuppressWarnings("deprecation")
-  public StructType schema() {
-    return schema;
+    super(name, schema, options, null);
   }
 
   @Override

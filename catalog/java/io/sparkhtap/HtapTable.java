@@ -12,9 +12,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** An HTAP table as Spark sees it: a schema and a scan builder. */
 public class HtapTable implements SupportsRead {
-  private final String name;
-  private final StructType schema;
-  private final Map<String, String> options;
+  final String name;
+  final StructType schema;
+  final Map<String, String> options;
   private final long[] stats;  // row versions, bytes; null when unknown (system tables)
 
   HtapTable(String name, StructType schema, Map<String, String> options, long[] stats) {
