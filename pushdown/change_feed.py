@@ -1,9 +1,11 @@
 """The change feed in Spark (issue 29): `readChangeFeed` on the `htap` data source, batch and stream.
 
+    spark.sql("SELECT * FROM shop.changes.public.orders WITH ('startingVersion' = '24116032')")
+    spark.readStream.option("startingVersion", "snapshot").table("shop.changes.public.orders")
     spark.read.format("htap").options(config=..., table="public.orders")
         .option("readChangeFeed", "true").option("startingVersion", 24116032).load()
-    spark.readStream.format("htap").options(config=..., table="public.orders")
-        .option("readChangeFeed", "true").option("startingVersion", "snapshot").load()
+
+(the catalog's `changes` namespace is io.sparkhtap.ChangeFeedTable: the same data source.)
 
 The rows are the table's columns plus `_change_type`, `_commit_seq` and `_commit_timestamp`
 (htap.replica.changes). Offsets of the stream are seqs the replica made readable: every
@@ -16,8 +18,13 @@ seq as inserts, then every change after: how a new downstream copy is bootstrapp
 `startingTimestamp` (Unix seconds or ISO 8601: changes after the seq the replica had reached
 then). A batch read ends at `endingVersion` (default: the replica's seq now).
 
+`maxChangesPerTrigger` caps a micro-batch's row versions (a bigger transaction alone);
+`Trigger.AvailableNow` ends at the replica's seq when the query starts.
+
 The driver takes a lease at the range's start (compaction keeps what the range needs while the
-tasks read it); tasks read the metadata store read-only, as scans do.
+tasks read it); tasks read the metadata store read-only, as scans do. A stream named with
+`feedName` moves a lease of its own to the start of each range it plans, kept `feedPinHours`:
+what it reads next stays readable even once the queryable window has passed it.
 """
 
 from __future__ import annotations
