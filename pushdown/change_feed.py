@@ -120,6 +120,7 @@ class ChangePartition(InputPartition):
     snapshot: bool  # the table's rows at `start` first, as inserts
     window_s: float
     pinned_from: int | None = None  # a named feed's lease (below the window: see check_range)
+    reset: bool = False  # `start` lies before the table's copy: a truncate marker and the copy first
 
 
 class _Feed:
@@ -152,13 +153,21 @@ class _Feed:
         return MetadataStore(self.cfg.metadata)
 
     def safe_seq(self) -> int:
+        """The replica's seq of the table now (an error while it is not readable)."""
+        seq = self.readable_seq()
+        if seq is None:
+            from htap.replica.read_plans import OutsideWindow
+
+            with self.store() as store:
+                table = store.table_by_id(self.table_id)
+            raise OutsideWindow(f"{table.qualified_name} is not readable now (state: {table.state}); its changes neither")
+        return seq
+
+    def readable_seq(self) -> int | None:
+        """The replica's seq of the table now; None while it is not readable (being copied again)."""
         with self.store() as store:
             table = store.table_by_id(self.table_id)
-            if not table.readable or table.max_safe_seq is None:
-                from htap.replica.read_plans import OutsideWindow
-
-                raise OutsideWindow(f"{table.qualified_name} is not readable yet (state: {table.state}); its changes neither")
-            return table.max_safe_seq
+        return table.max_safe_seq if table.readable else None
 
     def start_seq(self, default: str) -> tuple[int, bool]:
         """The seq the feed starts after, and whether it starts with the rows at that seq."""
@@ -189,6 +198,11 @@ class _Feed:
         name = self.feed.name
         with self.store() as store:
             table = store.table_by_id(self.table_id)
+            # Copied again since the feed's start (or it starts before the first copy): what was
+            # before the copy is gone; the feed resets to it (a marker, the copy's rows) and goes on.
+            reset = table.copy_seq is not None and start < table.copy_seq <= end and not snapshot
+            if reset:
+                start = table.copy_seq
             pinned = feed_pin(store, table, name) if name else None
             check_range(store, table, start, end, self.cfg.window_s, pinned)
             if name:
@@ -199,19 +213,25 @@ class _Feed:
         return ChangePartition(
             metadata=self.opts.executor_metadata or str(self.cfg.metadata), warehouse=str(self.cfg.warehouse),
             object_store=self.cfg.object_store, table_id=self.table_id, start=start, end=end, snapshot=snapshot,
-            window_s=self.cfg.window_s, pinned_from=pinned,
+            window_s=self.cfg.window_s, pinned_from=pinned, reset=reset,
         )
 
 
 def read_partition(partition: ChangePartition) -> Iterator:
     """The task: the range's change rows as Arrow batches (read-only metadata, no lease taken)."""
-    from htap.replica.changes import read_changes, snapshot_inserts
+    from htap.replica.changes import read_changes, reset_to_copy, snapshot_inserts
     from htap.replica.metadata import MetadataStore
     from htap.replica.warehouse import open_warehouse_at
 
     warehouse = open_warehouse_at(partition.warehouse, partition.object_store)
     with MetadataStore(partition.metadata, read_only=True) as store:
         table = store.table_by_id(partition.table_id)
+        if partition.reset:
+            if table.copy_seq != partition.start:
+                from htap.replica.read_plans import OutsideWindow
+
+                raise OutsideWindow(f"{table.qualified_name} was copied again while this change feed read it: run it again")
+            yield from reset_to_copy(store, warehouse, table, partition.window_s).to_batches()
         if partition.snapshot:
             yield from snapshot_inserts(store, warehouse, table, partition.start, partition.window_s,
                                         partition.pinned_from).to_batches()
@@ -269,7 +289,9 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
-        latest = self.feed.safe_seq() if self.target is None else self.target
+        latest = self.feed.readable_seq() if self.target is None else self.target
+        if latest is None:  # being copied again: nothing new until it is readable (then a reset)
+            return start if start is not None else self.initialOffset()
         if start is not None and isinstance(limit, ReadMaxRows) and latest > start["seq"]:
             latest = self.feed.seq_within(start["seq"], limit.max_rows, latest)
         return {"seq": max(latest, start["seq"]) if start is not None else latest, "snapshot": False}

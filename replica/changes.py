@@ -42,9 +42,12 @@ log = logging.getLogger(__name__)
 CHANGE_TYPE = "_change_type"
 COMMIT_SEQ = "_commit_seq"
 COMMIT_TIMESTAMP = "_commit_timestamp"
-CHANGE_TYPES = ("insert", "update_preimage", "update_postimage", "delete")
+CHANGE_TYPES = ("insert", "update_preimage", "update_postimage", "delete", "truncate")
+# "truncate": every row before this goes (a TRUNCATE is deletes of the rows, but a feed that
+# starts before the table's copy, e.g. one running when the table was copied again, gets this
+# marker and then the copy's rows as inserts: the rows it had are unknown to the replica)
 # the order of a transaction's rows of one key: a preimage before its postimage
-_TYPE_ORDER = {t: i for i, t in enumerate(("delete", "update_preimage", "update_postimage", "insert"))}
+_TYPE_ORDER = {t: i for i, t in enumerate(("truncate", "delete", "update_preimage", "update_postimage", "insert"))}
 
 
 def change_schema(table: TableInfo) -> pa.Schema:
@@ -234,6 +237,15 @@ def _versions(store: MetadataStore, warehouse: Warehouse, table: TableInfo, lo: 
         """
         rows = _query(table, sql)
     return rows.cast(out_schema)
+
+
+def reset_to_copy(store: MetadataStore, warehouse: Warehouse, table: TableInfo, window_s: float) -> pa.Table:
+    """For a feed whose start lies before the table's copy (copied again since, or started before
+    its first copy): a `truncate` marker, then the copy's rows as inserts, at the copy's seq."""
+    seq = table.copy_seq
+    rows = snapshot_inserts(store, warehouse, table, seq, window_s)
+    marker = pa.Table.from_pylist([{CHANGE_TYPE: "truncate", COMMIT_SEQ: seq}], schema=_without_time(table))
+    return pa.concat_tables([_with_times(store, table, marker, change_schema(table)), rows])
 
 
 def snapshot_inserts(store: MetadataStore, warehouse: Warehouse, table: TableInfo, seq: int, window_s: float,

@@ -49,7 +49,9 @@ def apply(state: dict, changes: pa.Table, names: list[str]) -> dict:
         if kind == "update_preimage":
             post = rows[i + 1]
             assert (post["_change_type"], post["id"], post["_commit_seq"]) == ("update_postimage", key, r["_commit_seq"])
-        if kind == "delete":
+        if kind == "truncate":  # a feed reset to the table's copy: its rows follow as inserts
+            state.clear()
+        elif kind == "delete":
             del state[key]
         elif kind == "insert":
             assert key not in state, f"insert of key {key} at seq {r['_commit_seq']}, which was live"
@@ -59,14 +61,15 @@ def apply(state: dict, changes: pa.Table, names: list[str]) -> dict:
     return state
 
 
-CHANGE_ORDER = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}  # of one key at one seq
+CHANGE_ORDER = {"truncate": -1, "delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}  # at one seq
 
 
 def rebuild(spark, sink) -> dict:
     """A Parquet sink's change rows (as Spark's file sink committed them, in any order) applied
     in seq order to an empty table."""
     rows = sorted((r.asDict() for r in spark.read.parquet(str(sink)).collect()),
-                  key=lambda r: (r["_commit_seq"], r["id"], CHANGE_ORDER[r["_change_type"]]))
+                  key=lambda r: (r["_commit_seq"], CHANGE_ORDER[r["_change_type"]] >= 0, r["id"] or 0,
+                                 CHANGE_ORDER[r["_change_type"]]))
     return apply({}, pa.Table.from_pylist(rows), ["id", "v", "n", "big"])
 
 
@@ -390,3 +393,34 @@ def test_a_stream_killed_with_sigkill_resumes_exactly_once(workspace, spark, tmp
         stream.send_signal(signal.SIGKILL)
         stream.wait()
     assert rebuilt() == source
+
+
+@pytest.mark.pg
+@pytest.mark.spark
+def test_a_stream_over_a_table_copied_again_resets_to_the_copy(workspace, spark, tmp_path):
+    """`htap tables recopy` while a stream follows the table: the versions before the new copy are
+    gone, so the stream's next micro-batch is a `truncate` marker and the copy's rows as inserts,
+    then the changes after it; applied in order, the sink still rebuilds the source table."""
+    ws = workspace
+    feed = FeedTable(ws, 2902, 4)
+    options = {"config": str(ws.config), "table": f"{ws.schema}.{feed.name}", "readChangeFeed": "true"}
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+
+    def run_stream() -> None:
+        (spark.readStream.format("htap").options(**options, startingVersion="snapshot").load()
+         .writeStream.format("parquet").option("path", str(sink)).option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start().awaitTermination())
+
+    run_stream()
+    feed.write(3)
+    ws.wait_caught_up(feed.name)
+    copied = ws.table(feed.name).copy_seq
+    ws.htap("tables", "recopy", f"{ws.schema}.{feed.name}")
+    wait_until(lambda: ws.table(feed.name).readable and ws.table(feed.name).copy_seq > copied, None,
+               "the table to be copied again")
+    feed.write(3)
+    ws.wait_caught_up(feed.name)
+    run_stream()
+    kinds = [r["_change_type"] for r in spark.read.parquet(str(sink)).collect()]
+    assert kinds.count("truncate") == 1
+    assert rebuild(spark, sink) == feed.source_rows()
