@@ -98,3 +98,28 @@ def test_unknown_nodes_and_functions_stay_in_spark_and_what_is_below_is_pushed(w
         scans = [line for line in physical.splitlines() if "HtapScan" in line]
         assert len(scans) == 1 and "Join" not in physical, physical
         assert normalized(spark.sql(q).collect()) == normalized(spark.sql(text.format(**plain)).collect()), q
+
+
+# Filters Spark's own translation to a data source predicate throws on (V2ExpressionBuilder's
+# assertion on an AND inside an expression: NULLIF(x, v) with an x v can never equal becomes
+# `if(isnull(v) AND null, null, x)`), which
+# failed the query before any scan saw it (fuzz seed 25 query 897): left in Spark.
+UNTRANSLATABLE = [
+    "SELECT id FROM {a} WHERE v < NULLIF(19.755, v)",  # 19.755 never equals a numeric(12,2)
+    "SELECT a.id, b.w FROM {a} a JOIN {b} b ON a.k = b.k WHERE a.v < NULLIF(10.001, a.v) AND b.w > 0",
+]
+
+
+@pytest.mark.parametrize("route", ["replica", "source"])
+def test_filters_spark_cannot_translate_stay_in_spark(workspace, spark, catalog, tables, route):
+    ws = workspace
+    plain = plain_copies(spark, catalog, tables)
+    if route == "source":
+        for t in ("a", "b"):
+            ws.htap("failover", f"{tables}.{t}", "on")
+    names = {t: f"{catalog}.{tables}.{t}" for t in ("a", "b")}
+    for text in UNTRANSLATABLE:
+        q = text.format(**names)
+        assert "knownnullable(" in spark.sql("EXPLAIN " + q).collect()[0][0], q
+        got = normalized(spark.sql(q).collect())
+        assert got and got == normalized(spark.sql(text.format(**plain)).collect()), q

@@ -84,7 +84,7 @@ public final class CountOfConstant extends Rule<LogicalPlan> {
     return a.isDistinct() || value.value() == null ? value : null;
   }
 
-  private static boolean readsHtap(LogicalPlan plan) {
+  static boolean readsHtap(LogicalPlan plan) {
     for (LogicalPlan leaf : CollectionConverters.asJava(plan.collectLeaves())) {
       if (leaf instanceof DataSourceV2Relation && ((DataSourceV2Relation) leaf).table() instanceof HtapTable) return true;
     }

@@ -12,8 +12,9 @@ import scala.runtime.BoxedUnit;
 
 /**
  * {@code spark.sql.extensions = io.sparkhtap.HtapExtensions}: adds the one-snapshot-per-query
- * strategy, then whole-subtree pushdown (HtapSubtreeStrategy), and one optimizer rule that keeps a
- * COUNT of a constant exact under scan pushdown (CountOfConstant).
+ * strategy, then whole-subtree pushdown (HtapSubtreeStrategy), and two optimizer rules: one keeps a
+ * COUNT of a constant exact under scan pushdown (CountOfConstant), one leaves in Spark a filter
+ * that Spark's own translation for a data source fails on (UntranslatablePredicates).
  */
 public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
@@ -37,6 +38,13 @@ public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, Bo
       @Override
       public Rule<LogicalPlan> apply(SparkSession session) {
         return new CountOfConstant();
+      }
+    });
+    // Before the scan pushdown rules too: a filter Spark's own V2 translation fails on stays in Spark.
+    extensions.injectOptimizerRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+      @Override
+      public Rule<LogicalPlan> apply(SparkSession session) {
+        return new UntranslatablePredicates();
       }
     });
     return BoxedUnit.UNIT;
