@@ -34,6 +34,7 @@ from htap.errors import DAMAGE_PREFIX, ConfigError, DamagedReplicaError, HtapErr
 from htap.pushdown import plan_check, source_snapshot
 from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
+from htap.replica import tail
 from htap.replica.health import damaged, file_damage, mark_damaged
 from htap.replica.leases import query_holder
 from htap.replica.metadata import MetadataStore
@@ -162,6 +163,7 @@ def call(argv: list[str]) -> int:
                 print(json.dumps({"ddl": ddl}))
             elif args.command == "renew-leases":
                 renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
+                tail.renew([tail.TailPin.from_json(p) for p in store.query_tails_of(args.owners)], cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))
             elif args.command == "check-plan":
                 source = cfg.source(args.source)
@@ -170,6 +172,7 @@ def call(argv: list[str]) -> int:
             elif args.command == "release-leases":
                 # The query ended: its leases, and the source snapshots its scans exported here.
                 released = store.release_held([query_holder(o) for o in args.owners])
+                tail.release([tail.TailPin.from_json(p) for p in store.query_tails_of(args.owners, take=True)])
                 print(json.dumps({"released": released, "snapshots": source_snapshot.release(args.owners)}))
             else:
                 print(json.dumps(report_damage(cfg, store, args.source, args.table_id, args.delta)))
@@ -203,7 +206,7 @@ def _source_table_not_htap(cfg: HtapConfig, source, schema: str, name: str) -> s
 def check_catalog(catalog: str, options: dict) -> int:
     """A Spark catalog's options, checked when Spark initializes it (HtapCatalog.initialize): one
     line naming the option, its value and what it takes, instead of a failed read later."""
-    from htap.pushdown.datasource import parse_read_after
+    from htap.pushdown.datasource import parse_read_after, parse_read_tail
     from htap.pushdown.routing import ROUTES
     from htap.seq import parse_seq
 
@@ -223,6 +226,10 @@ def check_catalog(catalog: str, options: dict) -> int:
             parse_read_after(opts.get("read_after"), opts.get("read_after_timeout_s"))
         except ConfigError as e:
             raise ConfigError(f"{prefix}.read_after / read_after_timeout_s: {e}") from e
+        try:
+            parse_read_tail(opts.get("read_tail"))
+        except ConfigError as e:
+            raise ConfigError(f"{prefix}.read_tail: {e}") from e
         if opts.get("password_file"):
             try:
                 open(opts["password_file"]).close()

@@ -19,6 +19,15 @@ SERVICE_KEYS: dict[str, tuple[object, str]] = {
     ),
     "source_check_interval_s": (10.0, "seconds between checks of each source's retained log and lag"),
     "health_max_lag_s": (300.0, "/health answers 503 when a source's durable position is older than this; 0: not checked"),
+    "tail_address": (
+        "127.0.0.1:0", "host:port where queries read the changes not yet checkpointed (Arrow Flight; port 0: any free "
+        "port, registered in the metadata store; \"0.0.0.0:8815\" for executors on other hosts); empty: off",
+    ),
+    "tail_secret": (
+        "", "the secret every read of the in-memory tail must present; empty: a random one per start, kept in the "
+        "metadata store (anyone who can read the metadata store may read the tail)",
+    ),
+    "tail_bytes": (256 << 20, "memory the in-memory tail may hold; past it the service checkpoints early"),
 }
 
 
@@ -28,6 +37,9 @@ class ServiceConfig:
     retained_wal_warning_bytes: int = 1 << 30
     source_check_interval_s: float = 10.0
     health_max_lag_s: float = 300.0
+    tail_address: str = "127.0.0.1:0"
+    tail_secret: str = ""
+    tail_bytes: int = 256 << 20
 
     @property
     def metrics_endpoint(self) -> tuple[str, int] | None:
@@ -44,17 +56,13 @@ def parse_service(raw: object, path: Path) -> ServiceConfig:
     for key in raw:
         if key not in SERVICE_KEYS:
             raise ConfigError(f"{path}: unknown config key 'service.{key}'; known keys: {', '.join(SERVICE_KEYS)}")
-    address = raw.get("metrics_address", "")
-    if not isinstance(address, str):
-        raise ConfigError(f"{path}: service.metrics_address must be a string \"host:port\", got {address!r}")
-    if address:
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(
-                f"{path}: service.metrics_address must look like \"127.0.0.1:9464\" (host:port, port 1-65535), got {address!r}"
-            )
+    address = _address(raw, "metrics_address", "127.0.0.1:9464", 1, path)
+    tail_address = _address(raw, "tail_address", "127.0.0.1:8815", 0, path)
+    secret = raw.get("tail_secret", "")
+    if not isinstance(secret, str):
+        raise ConfigError(f"{path}: service.tail_secret must be a string, got {type(secret).__name__}")
     numbers = {}
-    for key in ("retained_wal_warning_bytes", "source_check_interval_s", "health_max_lag_s"):
+    for key in ("retained_wal_warning_bytes", "source_check_interval_s", "health_max_lag_s", "tail_bytes"):
         default = SERVICE_KEYS[key][0]
         value = raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -64,4 +72,18 @@ def parse_service(raw: object, path: Path) -> ServiceConfig:
         if value < 0 or (key == "source_check_interval_s" and value <= 0):
             raise ConfigError(f"{path}: service.{key} must be {'greater than 0' if key == 'source_check_interval_s' else 'at least 0'}, got {value!r}")
         numbers[key] = type(default)(value)
-    return ServiceConfig(metrics_address=address, **numbers)
+    return ServiceConfig(metrics_address=address, tail_address=tail_address, tail_secret=secret, **numbers)
+
+
+def _address(raw: dict, key: str, example: str, lowest_port: int, path: Path) -> str:
+    """A host:port setting (empty: off)."""
+    address = raw.get(key, SERVICE_KEYS[key][0])
+    if not isinstance(address, str):
+        raise ConfigError(f"{path}: service.{key} must be a string \"host:port\", got {address!r}")
+    if address:
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit() or not lowest_port <= int(port) < 65536:
+            raise ConfigError(
+                f"{path}: service.{key} must look like \"{example}\" (host:port, port {lowest_port}-65535), got {address!r}"
+            )
+    return address

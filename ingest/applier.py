@@ -197,6 +197,24 @@ class TransactionApplier:
     def pending(self) -> bool:
         return any(b.pending() for b in self.buffers.values()) or bool(self.truncations) or bool(self.failures)
 
+    def publish(self) -> tuple[dict[int, pa.Table], set[int]]:
+        """For the in-memory tail (htap.ingest.tail; call between transactions): per table, the
+        changes buffered since the last publish, decoded, and the tables whose tail is whole up to
+        `safe_seq` — not one with a truncation, a schema change or a moved partial row since the
+        last checkpoint, nor one whose values fail to decode (the checkpoint fails it, naming them)."""
+        truncated = {t for t, _ in self.truncations}
+        parts, ok = {}, set()
+        for tid, b in self.buffers.items():
+            try:
+                rows = b.publish()
+            except PoisonError:
+                continue  # not whole any more: the checkpoint drains and fails the table
+            if rows is not None:
+                parts[tid] = rows
+            if tid not in truncated and b.servable():
+                ok.add(tid)
+        return parts, ok
+
     def drain(self) -> tuple[list[tuple[TableInfo, pa.Table]], list[tuple[int, int]], list[Failure]]:
         """Everything buffered since the last checkpoint, per table and schema, the truncations
         and the tables that failed; the buffers start empty. A table whose buffered values

@@ -77,6 +77,8 @@ class TableBuffer:
         # deltas fills the row's unset columns, for partial rows that got them through a key
         # change; every other partial row fills from its own key's older versions.
         self.bases: dict[int, tuple] = {}
+        self.published = 0  # rows [0, published) were handed to the in-memory tail (`publish`)
+        self.publish_failed = False  # some rows could not be decoded for it: not servable until drained
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -243,6 +245,30 @@ class TableBuffer:
     def key_of(self, values: list) -> tuple:
         return tuple(values[i] for i in self.key_positions)
 
+    def servable(self) -> bool:
+        """Whether the rows buffered since the last checkpoint, as `publish` hands them out, are
+        all a reader needs: not so when some were buffered under an older schema (`frozen`) or
+        a partial row moved keys (`bases`: its values come from the replica's deltas when written),
+        or when some could not be decoded."""
+        return not self.frozen and not self.bases and not self.publish_failed
+
+    def publish(self) -> pa.Table | None:
+        """The rows buffered since the last call (or the last drain), decoded like `drain` does
+        (`_ord` counts from 0 in each call), without emptying the buffer; None if there are none.
+        Call between transactions only: a publish never holds part of one."""
+        n = len(self.seqs)
+        if n == self.published:
+            return None
+        low, self.published = self.published, n
+        self._seal()
+        columns = [[_slice(part[i], start, low, n) for part, start in zip(self.parts, self.part_starts)
+                    if start + len(part[i]) > low] for i in range(len(self.names))]
+        try:
+            return self._decode(self.table, columns, self.seqs[low:], self.ops[low:], self.unset[low:], {})
+        except PoisonError:
+            self.publish_failed = True
+            raise
+
     def drain(self) -> pa.Table:
         """The buffered changes as an Arrow table (typed columns, _seq, _op, _unset, _ord); empties the buffer."""
         raw = self._rows()
@@ -285,6 +311,12 @@ class TableBuffer:
                 arrays.append(decode_checked(self.decode, values, schema.field(k).type, k))
                 extra.append(BASE_PREFIX + k)
         return pa.Table.from_arrays(arrays, names=[*names, SEQ, OP, UNSET_MASK, ORD, *extra])
+
+
+def _slice(seq, start: int, low: int, high: int):
+    """The rows [low, high) of a part (a list or an Arrow array) whose first row is row `start`."""
+    a, b = max(low - start, 0), min(high - start, len(seq))
+    return seq.slice(a, b - a) if isinstance(seq, pa.Array) else seq[a:b]
 
 
 def _joined(parts: list):

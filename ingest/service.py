@@ -33,6 +33,7 @@ from htap.errors import HtapError, PoisonError, SourceError, TableError, Warehou
 from htap.ingest.applier import Action, Failed, FollowSchema, Recopy, TransactionApplier
 from htap.ingest.checkpoint import Checkpointer
 from htap.ingest.failures import failure_message, log_failure
+from htap.ingest.tail import TAIL_PUBLISH_S, Tails
 from htap.ingest.health import (
     PHASE_COPYING,
     PHASE_RECOVERING,
@@ -74,8 +75,11 @@ SCHEMA_CHECK_S = 5.0  # eager detection of changes the change stream does not sh
 class SourceIngest:
     """Copy and stream one source into the replica until `stop` is set."""
 
-    def __init__(self, cfg: HtapConfig, source: SourceConfig, stop: threading.Event, state: ServiceState | None = None):
+    def __init__(self, cfg: HtapConfig, source: SourceConfig, stop: threading.Event, state: ServiceState | None = None,
+                 tails: Tails | None = None):
+        """`tails`: where the stream publishes its in-memory tail (htap.ingest.tail), or None."""
         self.cfg = cfg
+        self.tails = tails
         self.warehouse = open_warehouse(cfg)
         self.config = source
         self.source: ChangeSource = open_source(source)
@@ -302,6 +306,9 @@ class SourceIngest:
         writer_store = MetadataStore(self.cfg.metadata)
         checkpointer = Checkpointer(self.warehouse, self.store, self.config.name, self.config.codec, writer_store)
         writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint-{self.config.name}")
+        tail = self.tails.store(self.config.name) if self.tails is not None else None
+        if tail is not None:
+            tail.restart(position)
         log.info("streaming %s from seq %s (%d tables)", self.config.name, position, len(tables))
 
         interval = self.cfg.flush_interval_s
@@ -310,6 +317,17 @@ class SourceIngest:
         next_schema_check = time.monotonic() + SCHEMA_CHECK_S
         oldest: float | None = None  # commit time of the oldest transaction buffered
         in_flight: Future | None = None  # the checkpoint being written
+        published = 0.0  # when the tail was last published
+
+        def publish() -> None:
+            """Hand what was applied since the last publish to the in-memory tail (between
+            transactions; nothing while the tail holds its limit of memory: the rows stay
+            buffered and the next checkpoint makes them readable)."""
+            nonlocal published
+            published = time.monotonic()
+            if tail is not None and not tail.full():
+                parts, ok = applier.publish()
+                tail.publish(applier.safe_seq, parts, ok, set(applier.tables))
 
         def settle(wait: bool = True) -> None:
             """Confirm the checkpoint being written once it is (its error is raised here)."""
@@ -317,12 +335,15 @@ class SourceIngest:
             if in_flight is None or not (wait or in_flight.done()):
                 return
             done, in_flight = in_flight, None
-            checkpointer.finish(done.result(), applier, stream)
+            safe = checkpointer.finish(done.result(), applier, stream)
+            if tail is not None:
+                tail.checkpointed(safe)
 
         def start() -> None:
             """Drain a checkpoint (between transactions) and have it written."""
             nonlocal in_flight, oldest, next_flush
             settle()
+            publish()  # the tail's segments end where checkpoints do
             next_flush = time.monotonic() + interval
             drained = checkpointer.drain(applier, oldest)
             oldest = None
@@ -342,7 +363,7 @@ class SourceIngest:
                         if self.stop.is_set():
                             checkpoint()
                             return
-                        if now >= next_flush and in_flight is None:
+                        if in_flight is None and (now >= next_flush or (tail is not None and tail.over_limit())):
                             start()
                             stream.request_progress()
                         if now >= next_schema_check:
@@ -366,6 +387,10 @@ class SourceIngest:
                         timeout = 0.005  # confirm it soon after it is written, and start the next
                     else:
                         timeout = max(0.0, min(next_flush, next_pending_check) - now)
+                    if tail is not None and not applier.in_txn and applier.safe_seq > tail.visible:
+                        if now >= published + TAIL_PUBLISH_S:
+                            publish()
+                        timeout = min(timeout, max(0.0, published + TAIL_PUBLISH_S - now))
                     event = stream.poll(timeout)
                     if event is None:
                         continue
@@ -377,6 +402,8 @@ class SourceIngest:
                         oldest = event.commit_time
                     if isinstance(event, Commit) and applier.buffered >= self.cfg.flush_max_changes:
                         start()
+                    elif tail is not None and not applier.in_txn and time.monotonic() >= published + TAIL_PUBLISH_S:
+                        publish()
         finally:
             # Never leave a checkpoint being written behind: the next stream starts from the
             # position the store holds once it is.
@@ -404,9 +431,10 @@ class SourceIngest:
             applier.fail(table.id, action.error, action.seq)  # recorded with the next checkpoint
 
 
-def heartbeat_loop(cfg: HtapConfig, stop: threading.Event) -> None:
+def heartbeat_loop(cfg: HtapConfig, stop: threading.Event, tails: Tails | None = None) -> None:
     """Tell the metadata store that this service runs (`htap status`), every SERVICE_BEAT_S;
-    gone when it stops cleanly, old when it was killed."""
+    gone when it stops cleanly, old when it was killed. With `tails`, where queries read its
+    in-memory tail (and the secret they need, unless the config gives it: service.tail_secret)."""
     import os
     import socket
 
@@ -414,6 +442,8 @@ def heartbeat_loop(cfg: HtapConfig, stop: threading.Event) -> None:
 
     service_id = f"{socket.gethostname()}:{os.getpid()}"
     info = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": time.time(), "sources": sorted(cfg.sources)}
+    if tails is not None and tails.endpoint:
+        info["tail"] = {"endpoint": tails.endpoint, **({} if cfg.service.tail_secret else {"secret": tails.secret})}
     store = MetadataStore(cfg.metadata)
     try:
         while True:
@@ -433,11 +463,15 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0, state: S
     """Run the ingest of every configured source until `stop`; retry a source that fails.
     `state` records what each source's ingest is doing (for the health endpoint)."""
     state = state if state is not None else ServiceState()
+    tails = None
+    if cfg.service.tail_address:
+        tails = Tails(cfg.service.tail_bytes, **({"secret": cfg.service.tail_secret} if cfg.service.tail_secret else {}))
+        tails.serve(cfg.service.tail_address)
 
     def run_source(source: SourceConfig) -> None:
         while not stop.is_set():
             try:
-                SourceIngest(cfg, source, stop, state).run()
+                SourceIngest(cfg, source, stop, state, tails).run()
             except HtapError as e:
                 text = str(e) if f"source {source.name}" in str(e) else f"source {source.name}: {e}"
                 state.phase(source.name, PHASE_RETRYING, text)
@@ -452,13 +486,15 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0, state: S
     threads = [threading.Thread(target=run_source, args=(s,), name=f"ingest-{s.name}") for s in cfg.sources.values()]
     threads.append(threading.Thread(target=compaction_loop, args=(cfg, stop), name="compaction"))
     threads.append(threading.Thread(target=watch_sources, args=(cfg, state, stop), name="source-watch"))
-    threads.append(threading.Thread(target=heartbeat_loop, args=(cfg, stop), name="heartbeat"))
+    threads.append(threading.Thread(target=heartbeat_loop, args=(cfg, stop, tails), name="heartbeat"))
     indexes = keyindex.persist_in_background(stop)
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     indexes.join()
+    if tails is not None:
+        tails.shutdown()
     # Every partition's key index as the last checkpoints and compactions left it, so that the
     # next start reads them instead of building them from the deltas (htap.replica.keyindex_file).
     stored = keyindex.flush()

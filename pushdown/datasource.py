@@ -75,8 +75,11 @@ OPTION_READ_AFTER = "read_after"
 OPTION_READ_AFTER_TIMEOUT = "read_after_timeout_s"
 READ_AFTER_NOW = "now"
 READ_AFTER_TIMEOUT_S = 10.0
+# Read the changes the service holds in memory, not yet checkpointed (spark.htap.readTail, or a
+# catalog option): the query's snapshot may then be the service's visible seq (htap.replica.tail).
+OPTION_READ_TAIL = "read_tail"
 OPTIONS = (
-    OPTION_READ_AFTER, OPTION_READ_AFTER_TIMEOUT,
+    OPTION_READ_AFTER, OPTION_READ_AFTER_TIMEOUT, OPTION_READ_TAIL,
     OPTION_CONFIG, OPTION_SOURCE, OPTION_TABLE, OPTION_PUSHED, OPTION_ROUTE, OPTION_USER,
     OPTION_AS_OF_VERSION, OPTION_AS_OF_SEQ, OPTION_AS_OF_TIME, OPTION_SOURCE_SNAPSHOT,
     OPTION_SNAPSHOT_TOKEN, OPTION_SNAPSHOT_TABLES, OPTION_LEASE_OWNER, OPTION_EXECUTOR_METADATA,
@@ -106,6 +109,7 @@ class ScanOptions:
     password_file: str | None = None
     read_after: int | str | None = None  # a seq, or READ_AFTER_NOW
     read_after_timeout_s: float = READ_AFTER_TIMEOUT_S
+    read_tail: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ScanOptions":
@@ -131,6 +135,7 @@ class ScanOptions:
         return cls(
             read_after=read_after,
             read_after_timeout_s=timeout,
+            read_tail=parse_read_tail(opts.get(OPTION_READ_TAIL)),
             config=opts.get(OPTION_CONFIG),
             source=opts.get(OPTION_SOURCE),
             schema=schema,
@@ -160,6 +165,14 @@ class ScanOptions:
             return reader_role(cfg, source, creds)
         except AccessError as e:
             raise PermissionError(f"{PERMISSION_MARKER}: {e}") from None
+
+
+def parse_read_tail(value: str | None) -> bool:
+    """`readTail`: true or false (default false)."""
+    text = (value or "false").strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"readTail = {value!r}: use true or false")
+    return text == "true"
 
 
 def parse_read_after(value: str | None, timeout: str | None) -> tuple[int | str | None, float]:

@@ -22,6 +22,7 @@ Never a mix of snapshots.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,12 +34,17 @@ from htap.errors import HtapError, NoSuchTableError
 from htap.pushdown.datasource import NO_SUCH_TABLE_MARKER, PERMISSION_MARKER, READ_AFTER_NOW, open_scan
 from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route, RoutingError, decide
 from htap.replica.metadata import QUERY_READS_SOURCE, MetadataStore
-from htap.replica.models import TableInfo
+from htap.replica.models import STATE_STREAMING, TableInfo
 from htap.replica.read_plans import ReadPlan, pin_and_plan, queryable_window, seq_for_time
+from htap.replica.tail import TailPin, TailRead, TailUnavailable
+from htap.replica.tail import pin as tail_pin
+from htap.replica.tail import release as release_tail
 from htap.rewrite.pushed import Scan
 
 if TYPE_CHECKING:
     from htap.pushdown.datasource import ScanOptions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,8 @@ class ScanRequest:
     snapshot_tables: tuple[str, ...] = ()  # the query's HTAP tables, catalog.schema.table
     warehouse_problem: str | None = None  # why the replica cannot be read now (unreachable, behind readAfter)
     note: str | None = None  # added to the routing record's reason (what readAfter asked, how long it waited)
+    tail: str | None = None  # a pin of the source's in-memory tail (htap.replica.tail.TailPin JSON), readTail
+    tail_owner: str | None = None  # who releases that pin with its leases (the scan's lease owner)
 
 
 @dataclass(frozen=True)
@@ -134,9 +142,13 @@ def plan_scans(
                           for (route, s), note in zip(routed, notes)]
                 plans = []
                 recorded = set()
-                for table, (route, snapshot), scan in zip(tables, routed, scans):
+                for req, table, (route, snapshot), scan in zip(reqs, tables, routed, scans):
                     reads: tuple[ReadPlan, ...] = ()
-                    if route.target == ROUTE_REPLICA:
+                    if route.target == ROUTE_REPLICA and route.seq > table.max_safe_seq:  # in the tail (_route)
+                        pin = TailPin.from_json(store.query_tail(req.snapshot_token, req.source))
+                        durable = pin_and_plan(store, table, table.max_safe_seq, window_s, pin_ttl_s, scan.filter, holder)
+                        reads = tuple(_with_tail(store, read, table, pin, route.seq) for read in durable)
+                    elif route.target == ROUTE_REPLICA:
                         reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, scan.filter, holder))
                     if table.id not in recorded:  # a table read twice (a self-join) is one record
                         store.record_scan(table.id, route.target, route.seq, record, route.reason)
@@ -170,6 +182,11 @@ def _route(
         why = own.reason if own.target == ROUTE_SOURCE else "another table of its source in the query must come from the source"
         return Route(ROUTE_SOURCE, None, f"{why}; the query reads every table of this source there, at one snapshot"), snapshot
     window = queryable_window(store, table, window_s)
+    if window is not None and fixed > window.max_seq:
+        pinned = store.query_tail(req.snapshot_token, req.source)
+        if pinned is not None and tail_snapshot(TailPin.from_json(pinned), [table]) >= fixed:
+            return Route(ROUTE_REPLICA, fixed, f"replica healthy and fresh (the query's snapshot, {fixed - window.max_seq}"
+                         f" past the durable seq {window.max_seq}: read from the service's in-memory tail)"), None
     if window is None or not window.min_seq <= fixed <= window.max_seq:
         problem = f"the replica is {table.state}" if window is None else f"its window is [{window.min_seq}, {window.max_seq}]"
         raise RoutingError(
@@ -187,6 +204,10 @@ def _fix_query_snapshot(store: MetadataStore, req: ScanRequest, window_s: float,
     routes = [decide(t, queryable_window(store, t, window_s), now, mode=req.mode, snapshot=candidate,
                      unavailable=req.warehouse_problem) for t in tables]
     if all(r.target == ROUTE_REPLICA for r in routes):
+        if req.tail is not None and candidate is not None:
+            fresher = tail_snapshot(TailPin.from_json(req.tail), tables)
+            if fresher > candidate:
+                return store.fix_query_tail(req.snapshot_token, req.source, req.tail_owner or "", fresher, req.tail)
         return store.query_snapshot(req.snapshot_token, req.source, candidate)
     # Even a query of one table may scan it twice (self-join, UNION ALL): always one snapshot.
     snapshot = req.source_snapshot or exported
@@ -194,6 +215,24 @@ def _fix_query_snapshot(store: MetadataStore, req: ScanRequest, window_s: float,
         raise _NeedsExport()
     store.fix_query_source_snapshot(req.snapshot_token, req.source, snapshot)
     return store.fixed_query_snapshot(req.snapshot_token, req.source)  # another scan may have been first
+
+
+def tail_snapshot(pin: TailPin, tables: list[TableInfo]) -> int:
+    """The newest seq all `tables` can be read at through `pin`: deltas up to each table's max
+    safe seq, the pinned tail above it. 0 when some table cannot be (not streaming, failed over,
+    not followed by the service, or durable below what the pin holds: then the tail misses rows)."""
+    if not all(t.state == STATE_STREAMING and not t.failover and (t.max_safe_seq or 0) >= pin.durable for t in tables):
+        return 0
+    return pin.snapshot([t.id for t in tables])
+
+
+def _with_tail(store: MetadataStore, read: ReadPlan, table: TableInfo, pin: TailPin, seq: int) -> ReadPlan:
+    """A partition read of the deltas at the table's max safe seq, completed to `seq` by the
+    pinned tail's rows of that partition above it."""
+    layout = store.layout_at(table.id, table.max_safe_seq)
+    return dataclasses.replace(read, tail=TailRead(
+        pin.endpoint, pin.secret, pin.ticket, table.id, table.max_safe_seq, seq, table.key[0], layout.bounds_b64,
+        layout.ids.index(read.part)))
 
 
 def query_tables(store: MetadataStore, source: str, names: tuple[str, ...], own: list[tuple[str, str]]) -> list[TableInfo]:
@@ -217,17 +256,21 @@ def query_tables(store: MetadataStore, source: str, names: tuple[str, ...], own:
 def await_read_after(
     store: MetadataStore, source, opts: "ScanOptions", own: list[tuple[str, str]],
     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-) -> tuple[str | None, str | None]:
+    tail: Callable[[], TailPin | None] | None = None,
+) -> tuple[str | None, str | None, TailPin | None]:
     """`readAfter`: wait until every table of the query on this source that reads the replica
-    has a max safe seq at or past the position asked (`now`: the source's newest commit, asked
-    here), at most `opts.read_after_timeout_s`. Returns (why the replica cannot serve the query,
-    or None; a note for the routing record). Only the query's first scan on the source waits:
-    a later one finds the query's snapshot fixed, at or past the position. Outside any metadata
-    transaction (it polls the store, a read per poll)."""
-    if opts.read_after is None:
-        return None, None
+    covers the position asked (`now`: the source's newest commit, asked here) — its max safe
+    seq at or past it, or, with `tail` (readTail: pins the service's in-memory tail), the pinned
+    tail reaching it — at most `opts.read_after_timeout_s`. Returns (why the replica cannot
+    serve the query, or None; a note for the routing record; the tail pin to read through, if
+    any). Only the query's first scan on the source waits or pins: a later one finds the query's
+    snapshot fixed, at or past the position. Outside any metadata transaction (it polls the
+    store, a read per poll)."""
     if opts.snapshot_token and store.fixed_query_snapshot(opts.snapshot_token, source.name) is not None:
-        return None, None
+        return None, None, None
+    pin = tail() if tail else None
+    if opts.read_after is None:
+        return None, None, pin
     from htap.connectors.registry import open_source
 
     asked = "now" if opts.read_after == READ_AFTER_NOW else "a seq"
@@ -238,13 +281,44 @@ def await_read_after(
         behind = [t for t in tables if t.readable and not t.failover and (t.max_safe_seq or 0) < target]
         waited = clock() - start
         if not behind:
-            return None, f"read after seq {target} ({asked}): planning waited {waited:.3f} s"
+            return None, f"read after seq {target} ({asked}): planning waited {waited:.3f} s", pin
+        if pin is not None and tail_snapshot(pin, tables) >= target:
+            return None, f"read after seq {target} ({asked}): planning waited {waited:.3f} s (in-memory tail)", pin
         if waited >= opts.read_after_timeout_s:
             t = behind[0]
             return (f"the replica is behind the seq the query must read after: {t.qualified_name} is at seq"
                     f" {t.max_safe_seq}, {target - (t.max_safe_seq or 0)} short of {target} (readAfter = {asked}) after"
-                    f" {waited:.1f} s (spark.htap.readAfterTimeoutSeconds = {opts.read_after_timeout_s:g})"), None
-        sleep(0.02)
+                    f" {waited:.1f} s (spark.htap.readAfterTimeoutSeconds = {opts.read_after_timeout_s:g})"), None, pin
+        if pin is not None:
+            release_tail([pin])
+            sleep(0.002)
+            pin = tail()
+        else:
+            sleep(0.02)
+
+
+def pin_tail(store: MetadataStore, cfg, source, opts: "ScanOptions", own: list[tuple[str, str]]) -> TailPin | None:
+    """readTail: pin the in-memory tail of the query's tables of `source` at the service that
+    streams it (its endpoint from its heartbeat), for `cfg.pin_ttl_s` (the driver renews and
+    releases it with the query's leases). None — the query reads at the durable snapshot — when
+    no running service streams the source or it cannot be asked (said in the log)."""
+    from htap.replica.metadata import SERVICE_BEAT_S
+
+    now = store.clock()
+    beats = [b for b in store.service_beats()
+             if source.name in b.get("sources", ()) and b.get("tail") and b["beat_at"] > now - 3 * SERVICE_BEAT_S]
+    if not beats:
+        log.info("readTail: no running service streams source %s with a tail: reading at the durable snapshot",
+                 source.name)
+        return None
+    endpoint = beats[0]["tail"]["endpoint"]
+    secret = cfg.service.tail_secret or beats[0]["tail"].get("secret", "")
+    tables = query_tables(store, source.name, opts.snapshot_tables, own)
+    try:
+        return tail_pin(endpoint, secret, source.name, [t.id for t in tables], cfg.pin_ttl_s)
+    except TailUnavailable as e:
+        log.warning("readTail: %s: reading at the durable snapshot", e)
+        return None
 
 
 # --- the read as tasks ---------------------------------------------------------------------
@@ -344,20 +418,26 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
         problem = open_warehouse(cfg).unreachable()
-        note = None
+        note = pin = None
         if problem is None and opts.as_of_seq is None and opts.as_of_time is None and opts.route != ROUTE_SOURCE:
-            problem, note = await_read_after(store, source, opts, [(t.schema, t.name) for t in tables])
+            own = [(t.schema, t.name) for t in tables]
+            tail = (lambda: pin_tail(store, cfg, source, opts, own)) if opts.read_tail and opts.snapshot_token else None
+            problem, note, pin = await_read_after(store, source, opts, own, tail=tail)
         requests = [
             ScanRequest(
                 source=source.name, schema=t.schema, table=t.name, mode=opts.route, as_of_seq=opts.as_of_seq,
                 as_of_time=opts.as_of_time, source_snapshot=opts.source_snapshot,
                 snapshot_token=opts.snapshot_token, snapshot_tables=opts.snapshot_tables, warehouse_problem=problem,
-                note=note,
+                note=note, tail=pin.to_json() if pin else None, tail_owner=opts.lease_owner,
             )
             for t in tables
         ]
-        plans = plan_scans(store, requests, list(plan.scans), plan.to_dict(), window_s=cfg.window_s,
-                           pin_ttl_s=cfg.pin_ttl_s, **_held_by_query(cfg, source, opts))
+        try:
+            plans = plan_scans(store, requests, list(plan.scans), plan.to_dict(), window_s=cfg.window_s,
+                               pin_ttl_s=cfg.pin_ttl_s, **_held_by_query(cfg, source, opts))
+        finally:
+            if pin is not None and store.query_tail(opts.snapshot_token, source.name) != pin.to_json():
+                release_tail([pin])  # the query's snapshot is not in it: nothing reads through it
     finally:
         store.close()
     if plans[0].route.target != ROUTE_REPLICA:

@@ -17,6 +17,7 @@ from typing import Callable, Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from htap import engine
@@ -24,9 +25,10 @@ from htap.errors import InternalQueryError
 from htap.pushdown import partials
 from htap.replica import dv
 from htap.replica.health import damaged, first_damage
-from htap.replica.merge import current_rows_sql, evolved, versioned_source
-from htap.replica.models import delta_schema
+from htap.replica.merge import current_rows_sql, evolved, ident, parquet_source, versioned_source
+from htap.replica.models import OP, ORD, SEQ, UNSET_MASK, delta_schema
 from htap.replica.read_plans import ReadPlan
+from htap.replica.tail import fetch as fetch_tail
 from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
 from htap.rewrite.dialects import REPLICA
@@ -106,8 +108,10 @@ def read_replica(
     files: Mapping[str, str | None] | None = None,
     seq_filter: bool = True,
     deletes: bool = True,
+    tail: pa.Table | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the plan's result over the table's current rows at `seq`, cast to `output_schema`.
+    `tail`: versions newer than every delta's, from the service's in-memory tail (htap.replica.tail).
 
     `delta_versions` (the schema version of each file) and `added_versions` (columns added after
     version 1) let deltas written under older logical schemas be read under the current one.
@@ -122,7 +126,7 @@ def read_replica(
             sql, local = partition_query(
                 con, root, warehouse, table_label, table_schema, key, delta_paths, seq, plan, floor=floor,
                 partial=partial, strategy=strategy, delta_versions=delta_versions, added_versions=added_versions,
-                seq_filter=seq_filter, deletes=deletes,
+                seq_filter=seq_filter, deletes=deletes, tail=tail,
             )
             yield from _run(con, sql, output_schema, plan, {table_label: local})
         finally:
@@ -149,15 +153,21 @@ def partition_query(
     vectors: Callable[[], dv.Vectors | None] | None = None,
     seq_filter: bool = True,
     deletes: bool = True,
+    tail: pa.Table | None = None,
 ) -> tuple[str, list[str]]:
     """The DuckDB query of one partition read at `seq` with `plan` (of this table's one scan) applied, over local copies
     of the files (`<root>/<relative path>`), and those local files. `con` may get temporary views
     and relations named after `name` (unique per partition read of one query). `vectors`: the
-    deletion vectors of this and the query's other partitions, loaded once on first call."""
+    deletion vectors of this and the query's other partitions, loaded once on first call. `tail`:
+    newer versions than every delta's (htap.replica.tail), read as the newest delta."""
     files = [str(root / p) for p in delta_paths]
     for p, f in zip(delta_paths, files):
         if not Path(f).is_file():
             raise damaged(table_label, f"delta file {warehouse.url(p)} is missing")
+    if tail is not None and tail.num_rows:
+        source, has_partial = _with_tail(con, files, tail, key, table_schema, delta_versions, added_versions, name)
+        sql = replica_sql(source, key, table_schema.names, seq, plan, floor=floor, partial=partial or has_partial)
+        return sql, files
     if files and evolved(delta_versions, added_versions):
         source: list[str] | str = versioned_source(files, delta_versions, added_versions, table_schema.names)
         strategy = "merge"
@@ -181,6 +191,29 @@ def partition_query(
     sql = replica_sql(source, key, table_schema.names, seq, plan, floor=floor, partial=partial, strategy=strategy,
                       seq_filter=seq_filter, deletes=deletes)
     return sql, files
+
+
+def _with_tail(con: duckdb.DuckDBPyConnection, files: list[str], tail: pa.Table, key: list[str],
+               table_schema: pa.Schema, delta_versions: list[int] | None, added_versions: dict[str, int] | None,
+               name: str) -> tuple[str, bool]:
+    """The partition's versions as one relation for the per-key merge: the deltas' and the tail's
+    (registered as `<name>_tail`; of several versions of a key in one transaction, the last, as a
+    checkpoint keeps it: htap.replica.deltas), and whether some tail row is partial."""
+    missing = [c for c in (*table_schema.names, SEQ, OP, UNSET_MASK, ORD) if c not in tail.column_names]
+    if missing:
+        raise InternalQueryError(f"the service's tail lacks columns {missing} (its schema: {tail.column_names})")
+    con.register(f"{name}_tail", tail)
+    keys = ", ".join(ident(k) for k in key)
+    cols = ", ".join(ident(c) for c in (*table_schema.names, SEQ, OP, UNSET_MASK))
+    newest = (f"SELECT {cols} FROM {name}_tail QUALIFY row_number() OVER (PARTITION BY {keys}, {ident(SEQ)}"
+              f" ORDER BY {ident(ORD)} DESC) = 1")
+    parts = [newest]
+    if files and evolved(delta_versions, added_versions):
+        parts.insert(0, f"SELECT * FROM {versioned_source(files, delta_versions, added_versions, table_schema.names)}")
+    elif files:
+        parts.insert(0, f"SELECT {cols} FROM {parquet_source(files)}")
+    has_partial = pc.any(pc.not_equal(tail.column(UNSET_MASK), 0)).as_py() or False
+    return "(" + " UNION ALL BY NAME ".join(f"({p})" for p in parts) + ")", has_partial
 
 
 def _run(con, sql: str, output_schema: pa.Schema, plan: PushedPlan, files: dict[str, list[str]]) -> Iterator[pa.RecordBatch]:
@@ -290,13 +323,16 @@ def read_joined(
                 rows = plan.rows_of(i)
                 parts = []
                 vectors = _shared_vectors(root, t.plans)
-                combined = _as_one_read(t.plans, t.key, scan, vectors)
-                for j, read in enumerate((combined,) if combined is not None else t.plans):
+                tails = [fetch_tail(read.tail) if read.tail else None for read in t.plans]
+                combined = None if any(tails) else _as_one_read(t.plans, t.key, scan, vectors)
+                reads = [(combined, None)] if combined is not None else list(zip(t.plans, tails))
+                for j, (read, tail) in enumerate(reads):
                     sql, local = partition_query(
-                        con, root, warehouse, t.label, t.schema, t.key, list(read.delta_paths), read.seq, rows,
-                        floor=read.floor, partial=read.partial, strategy=read.strategy,
+                        con, root, warehouse, t.label, t.schema, t.key, list(read.delta_paths), snapshot_of(read),
+                        rows, floor=read.floor, partial=read.partial, strategy=read.strategy,
                         delta_versions=list(read.delta_versions), added_versions=dict(read.added_versions),
                         name=f"__visible_{i}_{j}", vectors=vectors, seq_filter=read.seq_filter, deletes=read.deletes,
+                        tail=tail,
                     )
                     parts.append(f"({sql})")
                     files.setdefault(t.label, []).extend(local)
@@ -337,8 +373,14 @@ def read_plan(
 ) -> Iterator[pa.RecordBatch]:
     """`read_replica` for one partition's read plan (htap.replica.read_plans.ReadPlan)."""
     return read_replica(
-        warehouse, table_label, table_schema, key, list(plan.delta_paths), plan.seq, pushed, output_schema,
+        warehouse, table_label, table_schema, key, list(plan.delta_paths), snapshot_of(plan), pushed, output_schema,
         floor=plan.floor, partial=plan.partial, strategy=plan.strategy,
         delta_versions=list(plan.delta_versions), added_versions=dict(plan.added_versions),
         files=dict(plan.files) if plan.files else None, seq_filter=plan.seq_filter, deletes=plan.deletes,
+        tail=fetch_tail(plan.tail) if plan.tail else None,
     )
+
+
+def snapshot_of(plan: ReadPlan) -> int:
+    """The seq a partition read answers at: its deltas' seq, or its tail's end."""
+    return plan.tail.high if plan.tail else plan.seq

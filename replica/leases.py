@@ -16,6 +16,8 @@ that read can make it fail ("re-run the query").
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import threading
 from contextlib import contextmanager
@@ -52,7 +54,7 @@ def current_plan(store: MetadataStore, table_id: int, plan: ReadPlan, window_s: 
     table = store.table_by_id(table_id)
     again = [p for p in plan_unleased(store, table, plan.seq, window_s) if p.part == plan.part]
     if again:
-        return again[0]
+        return dataclasses.replace(again[0], tail=plan.tail)
     raise RepartitionedError(
         f"{table.qualified_name}: partition {plan.part} was split or merged after this query was planned and the"
         f" read's lease ended before its task started; re-run the query"

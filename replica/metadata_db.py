@@ -82,6 +82,11 @@ _TABLES = [
         " PRIMARY KEY (token, source)",
     ),
     (
+        "query_tails",  # a query's pin of a source's in-memory tail (htap.replica.tail), as JSON
+        "token TEXT NOT NULL, source TEXT NOT NULL, owner TEXT NOT NULL, pin TEXT NOT NULL,"
+        " created_at {real} NOT NULL, PRIMARY KEY (token, source)",
+    ),
+    (
         "scans",
         "id {serial}, table_id {int} NOT NULL, at {real} NOT NULL, route TEXT NOT NULL, seq {int},"
         " pushed_json TEXT NOT NULL, reason TEXT",

@@ -188,6 +188,40 @@ class LeaseRecords(MetadataDatabase):
             self._x("DELETE FROM query_snapshots WHERE created_at < ?", (now - 86_400,))
             return self._one("SELECT seq FROM query_snapshots WHERE token = ? AND source = ?", (token, source))[0]
 
+    def fix_query_tail(self, token: str, source: str, owner: str, candidate: int, pin: str) -> int:
+        """`query_snapshot` for a snapshot in a source's in-memory tail: with the seq, the pin
+        (htap.replica.tail.TailPin as JSON) the query's scans read it through, held by `owner`
+        (the scan's lease owner: released with its leases). Returns the query's snapshot, which
+        another scan may have fixed first (then without this pin: the caller releases it)."""
+        now = self.clock()
+        with self._tx(durable=False):  # lives as long as its query
+            inserted = self._x(
+                "INSERT INTO query_snapshots (token, source, seq, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (token, source) DO NOTHING",
+                (token, source, candidate, now),
+            ).rowcount
+            if inserted:
+                self._x("INSERT INTO query_tails (token, source, owner, pin, created_at) VALUES (?, ?, ?, ?, ?)",
+                        (token, source, owner, pin, now))
+            self._x("DELETE FROM query_tails WHERE created_at < ?", (now - 86_400,))
+            return self._one("SELECT seq FROM query_snapshots WHERE token = ? AND source = ?", (token, source))[0]
+
+    def query_tail(self, token: str, source: str) -> str | None:
+        """The tail pin a query's snapshot on `source` is read through (JSON), or None."""
+        row = self._one("SELECT pin FROM query_tails WHERE token = ? AND source = ?", (token, source))
+        return None if row is None else row[0]
+
+    def query_tails_of(self, owners: list[str], take: bool = False) -> list[str]:
+        """The tail pins these lease owners hold (JSON); `take`: forgotten here too (released)."""
+        if not owners:
+            return []
+        marks = ", ".join("?" * len(owners))
+        with self._tx(durable=False):
+            pins = [r[0] for r in self._all(f"SELECT pin FROM query_tails WHERE owner IN ({marks})", tuple(owners))]
+            if take:
+                self._x(f"DELETE FROM query_tails WHERE owner IN ({marks})", tuple(owners))
+        return pins
+
     def fixed_query_snapshot(self, token: str, source: str) -> int | None:
         """The snapshot seq a query's first scan fixed on a source (QUERY_READS_SOURCE: the query
         reads that source itself, see `query_source_snapshot`), or None if none is fixed yet."""

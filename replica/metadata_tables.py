@@ -156,6 +156,7 @@ class TableRecords(MetadataDatabase):
             self._x("DELETE FROM sources WHERE name = ?", (source,))
             self._x("DELETE FROM safe_points WHERE source = ?", (source,))
             self._x("DELETE FROM query_snapshots WHERE source = ?", (source,))
+            self._x("DELETE FROM query_tails WHERE source = ?", (source,))
 
     def set_failover(self, table_id: int, on: bool) -> None:
         with self._tx():

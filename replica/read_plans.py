@@ -18,6 +18,7 @@ from htap.errors import ReplicaError
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import Layout, TableInfo
 from htap.replica.partitions import decode_bounds, matching_partitions
+from htap.replica.tail import TailRead
 
 
 class OutsideWindow(ReplicaError):
@@ -56,6 +57,9 @@ class ReadPlan:
     # rows of lineitem JOIN orders built into a hash table to probe with 1,451 parts).
     seq_filter: bool = True
     deletes: bool = True
+    # The changes above `seq` up to the query's snapshot, from the service's in-memory tail
+    # (htap.replica.tail): read with the deltas as their newest one.
+    tail: TailRead | None = None
 
 
 def read_strategy(deltas: list[Delta]) -> str:

@@ -32,7 +32,7 @@ public class HtapCatalog implements TableCatalog {
   /** Catalog options, passed on to the Python data source (htap.pushdown.datasource). */
   private static final Set<String> OPTIONS =
       Set.of("config", "source", "route", "user", "password", "password_file", "as_of_seq", "source_snapshot",
-          "executor_metadata", "read_after", "read_after_timeout_s");
+          "executor_metadata", "read_after", "read_after_timeout_s", "read_tail");
 
   private String name;
   private Map<String, String> options;

@@ -136,6 +136,8 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
   static final String READ_AFTER_CONF = "spark.htap.readAfter";
   /** Seconds planning waits for the replica to reach that position (default 10). */
   static final String READ_AFTER_TIMEOUT_CONF = "spark.htap.readAfterTimeoutSeconds";
+  /** true: the query may read the changes the service holds in memory, not yet checkpointed. */
+  static final String READ_TAIL_CONF = "spark.htap.readTail";
 
   /** Spark's own Python scan, built on first use with the final options. */
   private synchronized Scan python() {
@@ -152,6 +154,8 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
       if (readAfter != null && !readAfter.isBlank()) all.put("read_after", readAfter);
       String timeout = SQLConf.get().getConfString(READ_AFTER_TIMEOUT_CONF, null);
       if (timeout != null && !timeout.isBlank()) all.put("read_after_timeout_s", timeout);
+      String readTail = SQLConf.get().getConfString(READ_TAIL_CONF, null);
+      if (readTail != null && !readTail.isBlank()) all.put("read_tail", readTail);
       // A fresh Python data source per scan: Spark caches the Python reader on it, and the
       // reader carries this scan's pushed plan and snapshot.
       // Its Python instance pickled here, not by a Python worker round trip (PickledDataSource).
@@ -173,6 +177,8 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
     String timeout = setting(READ_AFTER_TIMEOUT_CONF, "read_after_timeout_s");
     return description + (readAfter == null ? "" : " readAfter=" + readAfter + " (planning waits until the replica"
         + " covers that source position" + (timeout == null ? "" : ", at most " + timeout + " s") + ")")
+        + ("true".equalsIgnoreCase(setting(READ_TAIL_CONF, "read_tail")) ? " readTail=true (the snapshot may be the"
+        + " service's visible seq: changes not yet checkpointed are read from its memory)" : "")
         + (snapshotToken == null ? "" : " snapshot=" + snapshotToken);
   }
 

@@ -1,0 +1,163 @@
+"""The in-memory tail: changes the service has decoded but not yet checkpointed, readable by queries.
+
+A checkpoint (sort, Parquet, fsync or upload, metadata commit) takes 0.1-0.5 s, and a change is
+durable — and, without the tail, readable — only once its checkpoint has landed. The service
+also keeps each followed table's changes since its last checkpoint in memory as Arrow, whole
+transactions only, up to its *visible* seq (htap.ingest.tail), and serves them over Arrow Flight.
+A query that asks for it (`spark.htap.readTail`) pins the tail when it is planned; its snapshot
+is then the visible seq, and each partition read merges the durable deltas (at the durable seq
+the planner saw) with the pinned tail rows above that seq, as the newest delta: the same
+collapse (latest wins, deletes hide, partial rows fill from older versions). Nothing about
+durability changes: the tail is a cache of what the next checkpoint makes durable.
+
+This module is what both sides share: the pin and the per-partition read as typed values, and
+the client calls (pin, release, fetch). The service side is htap.ingest.tail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from htap.errors import ReplicaError
+
+log = logging.getLogger(__name__)
+
+TAIL_HEADER = "htap-tail-secret"  # the shared secret, as a gRPC header of every call
+PIN_ACTION = "pin"
+RELEASE_ACTION = "release"
+RENEW_ACTION = "renew"
+
+
+class TailUnavailable(ReplicaError):
+    """The service's tail cannot be read (unreachable, restarted, or the pin expired)."""
+
+
+@dataclass(frozen=True)
+class TailPin:
+    """What a query pinned of one source's tail when it was planned: the service holds every
+    change of `tables` above `durable` up to `visible` for it until released or `ttl_s` passed.
+    `limits`: per table id, the newest seq its tail is whole up to (a table whose tail holds a
+    truncation, a schema change or a moved partial row since the last checkpoint stops at the
+    seq before it; one the service does not follow is absent)."""
+
+    endpoint: str
+    secret: str = field(repr=False)
+    ticket: str
+    durable: int
+    visible: int
+    limits: dict[int, int]
+
+    def snapshot(self, table_ids: list[int]) -> int:
+        """The newest seq every one of the tables can be read at through this pin (its
+        `durable` when some table is not served)."""
+        if not table_ids or any(t not in self.limits for t in table_ids):
+            return self.durable
+        return min(self.limits[t] for t in table_ids)
+
+    def to_json(self) -> str:
+        return json.dumps({"endpoint": self.endpoint, "secret": self.secret, "ticket": self.ticket,
+                           "durable": self.durable, "visible": self.visible,
+                           "limits": {str(k): v for k, v in self.limits.items()}})
+
+    @classmethod
+    def from_json(cls, text: str) -> TailPin:
+        d = json.loads(text)
+        return cls(d["endpoint"], d["secret"], d["ticket"], int(d["durable"]), int(d["visible"]),
+                   {int(k): int(v) for k, v in d["limits"].items()})
+
+
+@dataclass(frozen=True)
+class TailRead:
+    """One partition's part of the tail in a read: the changes of `table_id` with
+    `low < _seq <= high` in partition `index` of the layout `bounds_b64` (rows the read's
+    deltas, read at `low`, do not hold)."""
+
+    endpoint: str
+    secret: str = field(repr=False)
+    ticket: str
+    table_id: int
+    low: int
+    high: int
+    key0: str
+    bounds_b64: str | None
+    index: int
+
+
+def _client(endpoint: str, secret: str):
+    from pyarrow import flight
+
+    return flight.FlightClient(endpoint), flight.FlightCallOptions(
+        headers=[(TAIL_HEADER.encode(), secret.encode())], timeout=10.0)
+
+
+def pin(endpoint: str, secret: str, source: str, table_ids: list[int], ttl_s: float) -> TailPin:
+    """Pin the tail of `table_ids` of `source` (TailUnavailable if the service cannot be asked)."""
+    from pyarrow import flight
+
+    body = json.dumps({"source": source, "tables": table_ids, "ttl_s": ttl_s}).encode()
+    try:
+        client, options = _client(endpoint, secret)
+        with client:
+            (result,) = list(client.do_action(flight.Action(PIN_ACTION, body), options))
+    except (flight.FlightError, OSError, ValueError) as e:
+        raise TailUnavailable(f"the service's tail at {endpoint} cannot be pinned: {_first_line(e)}") from e
+    d = json.loads(result.body.to_pybytes())
+    return TailPin(endpoint, secret, d["ticket"], int(d["durable"]), int(d["visible"]),
+                   {int(k): int(v) for k, v in d["limits"].items()})
+
+
+def release(pins: list[TailPin]) -> None:
+    """Let the service forget pins (their query ended; best effort: an unreleased pin ends with
+    its ttl)."""
+    _tell(pins, RELEASE_ACTION, {}, "release")
+
+
+def renew(pins: list[TailPin], ttl_s: float) -> None:
+    """Keep pins at least `ttl_s` longer (their query still runs; best effort, like leases)."""
+    _tell(pins, RENEW_ACTION, {"ttl_s": ttl_s}, "renew")
+
+
+def _tell(pins: list[TailPin], action: str, extra: dict, what: str) -> None:
+    from pyarrow import flight
+
+    by_endpoint: dict[tuple[str, str], list[str]] = {}
+    for p in pins:
+        by_endpoint.setdefault((p.endpoint, p.secret), []).append(p.ticket)
+    for (endpoint, secret), tickets in by_endpoint.items():
+        body = json.dumps({"tickets": tickets, **extra}).encode()
+        try:
+            client, options = _client(endpoint, secret)
+            with client:
+                list(client.do_action(flight.Action(action, body), options))
+        except (flight.FlightError, OSError) as e:
+            log.info("could not %s %d tail pin(s) at %s (they end with their ttl): %s", what, len(tickets), endpoint,
+                     _first_line(e))
+
+
+def fetch(read: TailRead) -> pa.Table:
+    """The tail rows of one partition read: table columns, _seq, _op, _unset and _ord (the order
+    of versions within one transaction). TailUnavailable when the service no longer holds them
+    (it restarted, or the pin ended): the read must not go on without them."""
+    from pyarrow import flight
+
+    ticket = json.dumps({"ticket": read.ticket, "table": read.table_id, "low": read.low, "high": read.high,
+                         "key0": read.key0, "bounds": read.bounds_b64, "index": read.index}).encode()
+    try:
+        client, options = _client(read.endpoint, read.secret)
+        with client:
+            return client.do_get(flight.Ticket(ticket), options).read_all()
+    except (flight.FlightError, OSError) as e:
+        raise TailUnavailable(
+            f"the in-memory tail this query was planned with (changes {read.low} < seq <= {read.high}) cannot be read"
+            f" from the service at {read.endpoint}: {_first_line(e)}; re-run the query (it is planned again, at the"
+            f" durable snapshot if the service is still away), or turn spark.htap.readTail off"
+        ) from e
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
