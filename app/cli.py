@@ -292,6 +292,9 @@ def cmd_status(args) -> int:
         lag = "-" if src.lag_s is None else f"{src.lag_s:.1f} s"
         print(f"source {src.source} ({src.kind}): position {src.position_text or '-'}, lag {lag}, "
               f"{src.tables} tables, {src.failed} failed, {src.unhealthy} unhealthy")
+        if src.visible is not None:
+            print(f"    visible {src.visible_text} (changes readable with spark.htap.readTail; the service's tail holds"
+                  f" {src.tail_bytes or 0:,} bytes)")
         if src.retention:
             print(f"    {src.retention}")
     print(f"{'table':<32} {'state':<12} {'rows':>10} {'parts':>5} {'deltas':>6} {'max safe position':>22} {'delay s':>8}  route")

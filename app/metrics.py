@@ -81,6 +81,10 @@ class HtapCollector(Collector):
         lost = _gauge("htap_source_log_lost", "1 when the source no longer holds log the replica needs (tables are re-copied)", src)
         observed = _gauge("htap_source_observed_timestamp_seconds", "When the source was last asked what it retains", src)
         recoveries = CounterMetricFamily("htap_source_log_recoveries", "Lost-log recoveries (tables re-copied) by this process", labels=src)
+        visible = _gauge("htap_source_visible_seq", "The source's visible seq: every change up to it is readable through the"
+                         " in-memory tail (spark.htap.readTail), durable or not", src)
+        tail_bytes = _gauge("htap_source_tail_bytes", "Memory the source's in-memory tail holds (service.tail_bytes bounds it)", src)
+        tail_pins = _gauge("htap_source_tail_pins", "Queries holding a pin of the source's in-memory tail", src)
         tab = ["source", "table"]
         freshness = _gauge("htap_table_freshness_seconds", "Seconds since the table's max safe seq was known current", tab)
         safe_seq = _gauge("htap_table_max_safe_seq", "The table's max safe seq: reads at or below it are exact", tab)
@@ -118,6 +122,12 @@ class HtapCollector(Collector):
                 if health.observed_at is not None:
                     observed.add_metric([name], health.observed_at)
                 recoveries.add_metric([name], float(health.log_recoveries))
+                tail = self.state.tails.stores.get(name) if self.state.tails is not None else None
+                if tail is not None:
+                    now_tail = tail.status()
+                    visible.add_metric([name], float(now_tail["visible"]))
+                    tail_bytes.add_metric([name], float(now_tail["bytes"]))
+                    tail_pins.add_metric([name], float(now_tail["pins"]))
             for t in store.list_tables():
                 labels = [t.source, t.qualified_name]
                 n, rows, nbytes = store.delta_stats(t.id)
@@ -137,6 +147,7 @@ class HtapCollector(Collector):
                     safe_time.add_metric(labels, t.max_safe_time)
                     freshness.add_metric(labels, max(0.0, now - t.max_safe_time))
         yield from (up, phase, lag_s, position, lag_b, retained, warning, wal_status, lost, observed, recoveries,
+                    visible, tail_bytes, tail_pins,
                     freshness, safe_seq, safe_time, deltas, partitions, versions, size, state, feeds, feed_seq)
         yield from self._cache()
 

@@ -3,6 +3,7 @@ state, rows, deltas, safe seq, delay, routing and errors."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 
@@ -24,9 +25,13 @@ from htap.replica.models import (
     TableInfo,
 )
 from htap.replica.read_plans import pin_and_plan
+from htap.replica.tail import TailUnavailable, service_tail
+from htap.replica.tail import status as tail_status
 from htap.replica.warehouse import open_warehouse
 from htap.rewrite.pushed import count_plan
 from htap.seq import PLAIN
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ class SourceStatus:
     failed: int = 0  # a value or change could not be applied: not followed; see each table's error
     retained_bytes: int | None = None  # log the source keeps for the replica (Postgres: the slot's WAL)
     retention: str | None = None  # one line: what the source retains for the replica and its state
+    visible: int | None = None  # readable through the running service's in-memory tail (readTail)
+    visible_text: str | None = None
+    tail_bytes: int | None = None  # memory that tail holds
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -164,6 +172,7 @@ def service_status(cfg: HtapConfig) -> ServiceStatus:
 def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
     with MetadataStore(cfg.metadata) as store:
         now = time.time()
+        tails = _tail_statuses(cfg, store.service_beats(), now)
         out = []
         for name, src in cfg.sources.items():
             tables = store.list_tables(name)
@@ -180,5 +189,22 @@ def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
                 unhealthy=sum(t.state == STATE_UNHEALTHY for t in tables),
                 failed=sum(t.state == STATE_FAILED for t in tables),
                 retained_bytes=retention.retained_bytes if retention else None, retention=text,
+                visible=tails.get(name, {}).get("visible"), tail_bytes=tails.get(name, {}).get("bytes"),
+                visible_text=src.codec.format(tails[name]["visible"]) if name in tails else None,
             ))
         return out
+
+
+def _tail_statuses(cfg: HtapConfig, beats: list[dict], now: float) -> dict[str, dict]:
+    """Per source, what the running service's in-memory tail holds (htap.replica.tail.status);
+    nothing for a source without one, or whose service cannot be asked (said in the log)."""
+    out: dict[str, dict] = {}
+    for name in cfg.sources:
+        found = service_tail(beats, name, now, cfg.service.tail_secret)
+        if found is None or name in out:
+            continue
+        try:
+            out.update(tail_status(*found))
+        except TailUnavailable as e:
+            log.warning("%s", e)
+    return out

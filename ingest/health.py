@@ -48,6 +48,7 @@ class ServiceState:
     """Thread-safe record of every source's health; one per `htap serve` process."""
 
     sources: dict[str, SourceHealth] = field(default_factory=dict)
+    tails: object = None  # htap.ingest.tail.Tails of the service, when it serves the in-memory tail
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def phase(self, source: str, phase: str, reason: str) -> None:

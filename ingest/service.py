@@ -467,6 +467,7 @@ def serve(cfg: HtapConfig, stop: threading.Event, retry_s: float = 5.0, state: S
     if cfg.service.tail_address:
         tails = Tails(cfg.service.tail_bytes, **({"secret": cfg.service.tail_secret} if cfg.service.tail_secret else {}))
         tails.serve(cfg.service.tail_address)
+        state.tails = tails
 
     def run_source(source: SourceConfig) -> None:
         while not stop.is_set():

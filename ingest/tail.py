@@ -35,7 +35,7 @@ from pyarrow import flight
 
 from htap.replica.models import SEQ
 from htap.replica.partitions import decode_bounds, partition_filter
-from htap.replica.tail import PIN_ACTION, RELEASE_ACTION, RENEW_ACTION, TAIL_HEADER
+from htap.replica.tail import PIN_ACTION, RELEASE_ACTION, RENEW_ACTION, STATUS_ACTION, TAIL_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,13 @@ class TailStore:
             self.pins[ticket] = _Pin(self.clock() + ttl_s, held, durable, limits)
         return {"ticket": ticket, "durable": durable, "visible": self.visible, "limits": limits}
 
+    def status(self) -> dict:
+        """What operations show: durable and visible seqs, bytes held, live pins."""
+        with self._lock:
+            self._expire()
+            return {"durable": self.durable, "visible": self.visible, "bytes": self._held_bytes(),
+                    "pins": len(self.pins)}
+
     def release(self, ticket: str) -> None:
         with self._lock:
             self.pins.pop(ticket, None)
@@ -206,6 +213,8 @@ class TailServer(flight.FlightServerBase):
                 raise flight.FlightServerError(f"this service does not stream source {ask['source']!r}")
             pinned = store.pin([int(t) for t in ask["tables"]], float(ask["ttl_s"]))
             return [flight.Result(json.dumps(pinned).encode())]
+        if action.type == STATUS_ACTION:
+            return [flight.Result(json.dumps({name: store.status() for name, store in self.stores.items()}).encode())]
         if action.type in (RELEASE_ACTION, RENEW_ACTION):
             ask = json.loads(body)
             for store in self.stores.values():

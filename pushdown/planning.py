@@ -36,7 +36,7 @@ from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route
 from htap.replica.metadata import QUERY_READS_SOURCE, MetadataStore
 from htap.replica.models import STATE_STREAMING, TableInfo
 from htap.replica.read_plans import ReadPlan, pin_and_plan, queryable_window, seq_for_time
-from htap.replica.tail import TailPin, TailRead, TailUnavailable
+from htap.replica.tail import TailPin, TailRead, TailUnavailable, service_tail
 from htap.replica.tail import pin as tail_pin
 from htap.replica.tail import release as release_tail
 from htap.rewrite.pushed import Scan
@@ -302,17 +302,12 @@ def pin_tail(store: MetadataStore, cfg, source, opts: "ScanOptions", own: list[t
     streams it (its endpoint from its heartbeat), for `cfg.pin_ttl_s` (the driver renews and
     releases it with the query's leases). None — the query reads at the durable snapshot — when
     no running service streams the source or it cannot be asked (said in the log)."""
-    from htap.replica.metadata import SERVICE_BEAT_S
-
-    now = store.clock()
-    beats = [b for b in store.service_beats()
-             if source.name in b.get("sources", ()) and b.get("tail") and b["beat_at"] > now - 3 * SERVICE_BEAT_S]
-    if not beats:
+    found = service_tail(store.service_beats(), source.name, store.clock(), cfg.service.tail_secret)
+    if found is None:
         log.info("readTail: no running service streams source %s with a tail: reading at the durable snapshot",
                  source.name)
         return None
-    endpoint = beats[0]["tail"]["endpoint"]
-    secret = cfg.service.tail_secret or beats[0]["tail"].get("secret", "")
+    endpoint, secret = found
     tables = query_tables(store, source.name, opts.snapshot_tables, own)
     try:
         return tail_pin(endpoint, secret, source.name, [t.id for t in tables], cfg.pin_ttl_s)

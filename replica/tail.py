@@ -30,6 +30,7 @@ TAIL_HEADER = "htap-tail-secret"  # the shared secret, as a gRPC header of every
 PIN_ACTION = "pin"
 RELEASE_ACTION = "release"
 RENEW_ACTION = "renew"
+STATUS_ACTION = "status"
 
 
 class TailUnavailable(ReplicaError):
@@ -108,6 +109,30 @@ def pin(endpoint: str, secret: str, source: str, table_ids: list[int], ttl_s: fl
     d = json.loads(result.body.to_pybytes())
     return TailPin(endpoint, secret, d["ticket"], int(d["durable"]), int(d["visible"]),
                    {int(k): int(v) for k, v in d["limits"].items()})
+
+
+def status(endpoint: str, secret: str) -> dict[str, dict]:
+    """Per source the service streams: its durable and visible seqs, the tail's bytes and live pins."""
+    import pyarrow.flight as flight
+
+    try:
+        client, options = _client(endpoint, secret)
+        with client:
+            (result,) = list(client.do_action(flight.Action(STATUS_ACTION, b""), options))
+    except (flight.FlightError, OSError) as e:
+        raise TailUnavailable(f"the service's tail at {endpoint} cannot be asked: {_first_line(e)}") from e
+    return json.loads(result.body.to_pybytes())
+
+
+def service_tail(beats: list[dict], source: str, now: float, configured_secret: str = "") -> tuple[str, str] | None:
+    """(endpoint, secret) of the running service that streams `source` with a tail, from the
+    services' heartbeats (MetadataStore.service_beats, newest first), or None."""
+    from htap.replica.metadata import SERVICE_BEAT_S
+
+    for b in beats:
+        if source in b.get("sources", ()) and b.get("tail") and b["beat_at"] > now - 3 * SERVICE_BEAT_S:
+            return b["tail"]["endpoint"], configured_secret or b["tail"].get("secret", "")
+    return None
 
 
 def release(pins: list[TailPin]) -> None:

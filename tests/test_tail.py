@@ -11,6 +11,7 @@ restart nothing is lost or duplicated.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 
@@ -91,6 +92,10 @@ def test_reads_see_the_changes_not_yet_checkpointed_and_kill9_loses_nothing(work
             got = spark.sql(f"SELECT count(*), sum(a.balance) FROM {ref} a JOIN {ref} b USING (id)").collect()[0]
             assert tuple(got) == tuple(ws.sql(f"SELECT count(*), sum(balance) FROM {accounts}")[0])
         assert ws.table("accounts").max_safe_seq == durable  # every change above came from the tail
+        # Operations see both seqs: the durable position, and the visible one past it.
+        status = json.loads(ws.htap("status", "--json").stdout)["sources"][0]
+        assert status["position"] == durable and status["visible"] >= scan.seq and status["tail_bytes"] > 0, status
+        assert "visible " in ws.htap("status").stdout
 
         # kill -9: the tail is gone with the service. A query reads the durable snapshot (auto:
         # readAfter cannot be met there, so the source answers), never a mix.
