@@ -113,6 +113,7 @@ class SourceStatus:
     visible: int | None = None  # readable through the running service's in-memory tail (readTail)
     visible_text: str | None = None
     tail_bytes: int | None = None  # memory that tail holds
+    tail_pins: int | None = None  # queries holding a pin of it
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -190,6 +191,7 @@ def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
                 failed=sum(t.state == STATE_FAILED for t in tables),
                 retained_bytes=retention.retained_bytes if retention else None, retention=text,
                 visible=tails.get(name, {}).get("visible"), tail_bytes=tails.get(name, {}).get("bytes"),
+                tail_pins=tails.get(name, {}).get("pins"),
                 visible_text=src.codec.format(tails[name]["visible"]) if name in tails else None,
             ))
         return out

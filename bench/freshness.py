@@ -13,7 +13,15 @@ replicates the pgbench tables, and reports:
   `--idle-seconds` (background WAL such as autovacuum and standby snapshots keeps moving it);
 - ingest throughput: one bulk transaction updating every account row, and the row changes per
   second until the replica has it.
-Targets: p50 < 1 s and p99 < 3 s at 2,000 transactions/s; >= 20k row changes/s; idle lag p99 < 2 s.
+- the in-memory tail (issue 28): in the same run, p50/p99 of (time a commit became *visible* —
+  readable through `spark.htap.readTail` from the service's memory — minus the time it committed),
+  sampled every 10 ms beside the durable figure (also sampled every 10 ms);
+- read-your-writes under the pgbench load: `--rw-rounds` rounds of "commit an update, then plan and
+  read the row as a Spark task would" with `readAfter = now` (with and without the tail), each
+  counted a miss if the read does not show the write, and the planning latency of each mode
+  beside plain planning (no readAfter).
+Targets: p50 < 1 s and p99 < 3 s at 2,000 transactions/s; >= 20k row changes/s; idle lag p99 < 2 s;
+through the tail p50 <= 0.1 s and p99 <= 0.3 s; 0 read-your-writes misses.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -124,10 +133,92 @@ def sample_lag(cur, safe, seconds: float, every_s: float = 0.05) -> list[float]:
     return lags
 
 
+class ReadYourWrites(threading.Thread):
+    """Rounds of: commit an update of the `rw` table, then plan its scan as Spark's driver does
+    (htap.pushdown.datasource.HtapReader) and read it as a task does, in `mode` order:
+    plain (no readAfter: planning latency only), readAfter=now, readAfter=now + readTail."""
+
+    MODES = ("plain", "read_after", "read_after_tail")
+
+    def __init__(self, config: Path, dsn: str, rounds: int):
+        super().__init__(name="read-your-writes")
+        self.config, self.dsn, self.rounds = config, dsn, rounds
+        self.planning: dict[str, list[float]] = {m: [] for m in self.MODES}
+        self.misses: dict[str, int] = {m: 0 for m in self.MODES[1:]}
+        self.tail_reads = 0
+        self.fallbacks: dict[str, int] = {m: 0 for m in self.MODES[1:]}
+        self.reasons: list[str] = []  # why the source answered, when it did
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            self.error = e
+
+    def _run(self) -> None:
+        import uuid
+
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        from htap.conf import load_config
+        from htap.pushdown.datasource import HtapReader, ScanOptions
+        from htap.replica.leases import release_queries
+        from htap.replica.metadata import MetadataStore
+        from htap.rewrite.pushed import table_plan, to_json
+
+        schema = StructType([StructField("v", LongType())])
+        pushed = to_json(table_plan("public.rw", ["v"]))
+        conn = psycopg2.connect(self.dsn)
+        conn.autocommit = True
+        cur = conn.cursor()
+        store = MetadataStore(load_config(self.config).metadata)
+        try:
+            for i in range(self.rounds * len(self.MODES)):
+                mode = self.MODES[i % len(self.MODES)]
+                cur.execute("UPDATE rw SET v = v + 1 WHERE id = 1 RETURNING v")
+                written = cur.fetchone()[0]
+                owner = uuid.uuid4().hex
+                options = {"config": str(self.config), "source": "bench", "table": "public.rw",
+                           "pushed": pushed, "snapshot_token": uuid.uuid4().hex,
+                           "snapshot_tables": "bench.public.rw", "lease_owner": owner}
+                if mode != "plain":
+                    options["read_after"] = "now"
+                if mode == "read_after_tail":
+                    options["read_tail"] = "true"
+                started = time.perf_counter()
+                reader = HtapReader(ScanOptions.parse(options), schema)
+                self.planning[mode].append(time.perf_counter() - started)
+                if mode != "plain":
+                    seen = [v for p in reader.partitions() for b in reader.read(p) for v in b.column(0).to_pylist()]
+                    if seen != [written]:
+                        self.misses[mode] += 1
+                    plans = [getattr(p, "plan", None) for p in reader.partitions()]
+                    if mode == "read_after_tail" and any(p is not None and p.tail for p in plans):
+                        self.tail_reads += 1
+                    if None in plans:  # readAfter was not met in time: the source answered
+                        self.fallbacks[mode] += 1
+                        table_id = store.get_table("bench", "public", "rw").id
+                        self.reasons.append(f"{mode}: {store.recent_scans(table_id, 1)[0].reason}")
+                release_queries(store, [owner])  # as the driver does when the query ends
+        finally:
+            store.close()
+            conn.close()
+
+    def results(self) -> dict:
+        out = {"rounds_per_mode": self.rounds, "misses": self.misses, "reads_through_the_tail": self.tail_reads,
+               "source_answered": self.fallbacks, "why_the_source_answered": self.reasons[:5]}
+        for mode, times in self.planning.items():
+            out[f"planning_{mode}"] = _spread(times)
+        return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", default="5432")
+    p.add_argument("--port", default=None,
+                   help="a Postgres server with wal_level=logical; default: a private one started here on 55440")
+    p.add_argument("--work", type=Path, default=Path("bench/.work/freshness"))
     p.add_argument("--user", default="postgres")
     p.add_argument("--rate", type=int, default=2000, help="pgbench transactions per second")
     p.add_argument("--seconds", type=int, default=60)
@@ -136,7 +227,16 @@ def main(argv=None) -> int:
                    help="idle period after the pgbench run over which the safe seq's lag is measured (0 skips)")
     p.add_argument("--json", default="bench/results/freshness.json")
     p.add_argument("--service-log", help="keep a copy of the service's log here")
+    p.add_argument("--rw-rounds", type=int, default=1000,
+                   help="read-your-writes rounds per mode during the pgbench run (0 skips)")
     args = p.parse_args(argv)
+    private = args.port is None
+    if private:
+        from htap import localpg
+
+        localpg.stop(args.work / "pg")  # a previous run's, if it was interrupted
+        args.port, args.host, args.user = "55440", "127.0.0.1", "postgres"
+        localpg.start(args.work / "pg", int(args.port), wal_level="logical", settings={"max_connections": "100"})
     base = f"host={args.host} port={args.port} user={args.user}"
     admin = psycopg2.connect(f"{base} dbname=postgres")
     admin.autocommit = True
@@ -147,12 +247,14 @@ def main(argv=None) -> int:
     env = {**os.environ, "PGHOST": args.host, "PGPORT": args.port, "PGUSER": args.user}
     progress(f"pgbench -i -s {args.scale}")
     subprocess.run([pgbench(), "-i", "-q", "-s", str(args.scale), DB], check=True, env=env, capture_output=True)
+    with psycopg2.connect(f"{base} dbname={DB}") as conn, conn.cursor() as c:
+        c.execute("CREATE TABLE rw (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO rw VALUES (1, 0)")
 
     work = Path(tempfile.mkdtemp(prefix="htap-fresh-"))
     dsn = f"{base} dbname={DB}"
     htap = [sys.executable, "-m", "htap.app.cli", "--config", str(work / "htap.toml")]
     subprocess.run([*htap, "init", "--dsn", dsn, "--source", "bench"], check=True, capture_output=True)
-    for t in ("pgbench_accounts", "pgbench_branches", "pgbench_tellers"):  # pgbench_history has no key
+    for t in ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "rw"):  # pgbench_history has no key
         subprocess.run([*htap, "tables", "add", f"public.{t}"], check=True, capture_output=True)
     log = open(work / "serve.log", "wb")
     service = subprocess.Popen([*htap, "serve"], stdout=log, stderr=log)
@@ -166,9 +268,19 @@ def main(argv=None) -> int:
         seqs = [t.max_safe_seq or 0 for t in store.list_tables("bench")]
         return min(seqs) if seqs and all(t.readable for t in store.list_tables("bench")) else 0
 
+    def visible() -> int:
+        """The service's visible seq (its in-memory tail), 0 until it can be asked."""
+        from htap.replica.tail import TailUnavailable, service_tail, status
+
+        found = service_tail(store.service_beats(), "bench", time.time())
+        try:
+            return status(*found)["bench"]["visible"] if found else 0
+        except (TailUnavailable, KeyError):
+            return 0
+
     results: dict = {"rate_tps": args.rate, "seconds": args.seconds, "scale": args.scale}
     try:
-        while not safe():
+        while not safe() or not visible():
             time.sleep(0.2)
         progress("initial copy done; starting pgbench")
         src = psycopg2.connect(dsn)
@@ -179,21 +291,38 @@ def main(argv=None) -> int:
             [pgbench(), "-n", "-R", str(args.rate), "-T", str(args.seconds), "-c", "8", "-j", "2", "-P", "10", DB],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
-        samples: list[tuple[float, int]] = []
+        rw = ReadYourWrites(work / "htap.toml", dsn, args.rw_rounds)
+        if args.rw_rounds:
+            rw.start()
+        samples: list[tuple[float, int]] = []  # (when, position) not yet durable
+        shown: list[tuple[float, int]] = []  # not yet visible
         delays: list[float] = []
+        tail_delays: list[float] = []
         started = time.time()
-        while bench.poll() is None or samples:
+        while bench.poll() is None or samples or shown:
             now = time.time()
             if bench.poll() is None:
                 scur.execute("SELECT pg_current_wal_lsn()")
-                samples.append((now, lsn_to_int(scur.fetchone()[0])))
+                noted = (now, lsn_to_int(scur.fetchone()[0]))
+                samples.append(noted)
+                shown.append(noted)
+            v = visible()
+            now = time.time()
+            while shown and shown[0][1] - 1 <= v:
+                tail_delays.append(now - shown.pop(0)[0])
             s = safe()
+            now = time.time()
             while samples and samples[0][1] - 1 <= s:
-                t0, _ = samples.pop(0)
-                delays.append(now - t0)
+                delays.append(now - samples.pop(0)[0])
             if time.time() - started > args.seconds + 60:
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
+        if args.rw_rounds:
+            progress(f"waiting for the read-your-writes rounds ({args.rw_rounds} per mode)")
+            rw.join()
+            if rw.error is not None:
+                raise rw.error
+            results["read_your_writes"] = rw.results()
         out = bench.stdout.read()
         elapsed = time.time() - started
         tps = next((float(l.split("=")[1].split()[0]) for l in out.splitlines() if l.startswith("tps =")), None)
@@ -203,7 +332,13 @@ def main(argv=None) -> int:
             "max_s": float(max(delays)), "samples": len(delays), "pgbench_tps": tps,
             "row_changes_per_s": (versions1 - versions0) / elapsed,
         }
+        results["freshness_tail"] = {
+            "p50_s": float(np.percentile(tail_delays, 50)), "p99_s": float(np.percentile(tail_delays, 99)),
+            "max_s": float(max(tail_delays)), "samples": len(tail_delays),
+        }
         progress(f"pgbench done: {tps} tps; freshness p50 {results['freshness']['p50_s']:.3f} s, p99 {results['freshness']['p99_s']:.3f} s")
+        progress(f"through the in-memory tail: p50 {results['freshness_tail']['p50_s']:.3f} s, "
+                 f"p99 {results['freshness_tail']['p99_s']:.3f} s")
         log.flush()
         profile = results["where_the_time_goes"] = checkpoint_profile(work / "serve.log", started, started + elapsed)
         progress("where the time went during the pgbench run (from the service's log):")
@@ -248,12 +383,24 @@ def main(argv=None) -> int:
         cur.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
         admin.close()
         shutil.rmtree(work, ignore_errors=True)
+        if private:
+            localpg.stop(args.work / "pg")
 
     f, i = results["freshness"], results["ingest"]
     print()
     print(f"{'benchmark':<44} {'measured':>12} {'target':>10}")
     print(f"{'freshness p50 (s) at ' + str(args.rate) + ' tps':<44} {f['p50_s']:>12.3f} {'< 1':>10}")
     print(f"{'freshness p99 (s)':<44} {f['p99_s']:>12.3f} {'< 3':>10}")
+    ft = results["freshness_tail"]
+    print(f"{'through the tail: visible p50 (s)':<44} {ft['p50_s']:>12.3f} {'<= 0.1':>10}")
+    print(f"{'through the tail: visible p99 (s)':<44} {ft['p99_s']:>12.3f} {'<= 0.3':>10}")
+    if "read_your_writes" in results:
+        r = results["read_your_writes"]
+        for mode in ReadYourWrites.MODES:
+            d = r[f"planning_{mode}"]
+            print(f"{'planning ' + mode + ' p50 / p99 (s)':<44} {d['p50']:>6.3f} / {d['p99']:.3f}")
+        print(f"{'read-your-writes misses (readAfter, +tail)':<44} {r['misses']['read_after']:>6} / "
+              f"{r['misses']['read_after_tail']} of {r['rounds_per_mode']} {'0':>6}")
     print(f"{'pgbench tps achieved':<44} {f['pgbench_tps'] or 0:>12.0f}")
     print(f"{'row changes/s absorbed during the run':<44} {f['row_changes_per_s']:>12,.0f}")
     print(f"{'ingest: bulk row changes/s (one process)':<44} {i['row_changes_per_s']:>12,.0f} {'>= 20k':>10}")

@@ -34,9 +34,8 @@ from htap.errors import DAMAGE_PREFIX, ConfigError, DamagedReplicaError, HtapErr
 from htap.pushdown import plan_check, source_snapshot
 from htap.pushdown.spark_types import table_ddl
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
-from htap.replica import tail
 from htap.replica.health import damaged, file_damage, mark_damaged
-from htap.replica.leases import query_holder
+from htap.replica.leases import release_queries, renew_queries
 from htap.replica.metadata import MetadataStore
 from htap.replica.warehouse import open_warehouse
 
@@ -162,8 +161,7 @@ def call(argv: list[str]) -> int:
                     return EXIT_ERROR  # not Spark's bare TABLE_OR_VIEW_NOT_FOUND: say how to add it
                 print(json.dumps({"ddl": ddl}))
             elif args.command == "renew-leases":
-                renewed = store.renew_held([query_holder(o) for o in args.owners], cfg.pin_ttl_s)
-                tail.renew([tail.TailPin.from_json(p) for p in store.query_tails_of(args.owners)], cfg.pin_ttl_s)
+                renewed = renew_queries(store, args.owners, cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))
             elif args.command == "check-plan":
                 source = cfg.source(args.source)
@@ -171,8 +169,7 @@ def call(argv: list[str]) -> int:
                 print(json.dumps({"why": plan_check.check(store, source, args.plan, dialect, args.inject)}))
             elif args.command == "release-leases":
                 # The query ended: its leases, and the source snapshots its scans exported here.
-                released = store.release_held([query_holder(o) for o in args.owners])
-                tail.release([tail.TailPin.from_json(p) for p in store.query_tails_of(args.owners, take=True)])
+                released = release_queries(store, args.owners)
                 print(json.dumps({"released": released, "snapshots": source_snapshot.release(args.owners)}))
             else:
                 print(json.dumps(report_damage(cfg, store, args.source, args.table_id, args.delta)))

@@ -52,10 +52,7 @@ class Segment:
     high: int
     parts: dict[int, pa.Table]
     ok: frozenset[int]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.nbytes for t in self.parts.values())
+    nbytes: int = 0  # of `parts`, counted once (Arrow's count walks every buffer)
 
 
 @dataclass
@@ -79,6 +76,7 @@ class TailStore:
     segments: list[Segment] = field(default_factory=list)
     followed: frozenset[int] = frozenset()  # the tables the stream follows, as of the last publish
     pins: dict[str, _Pin] = field(default_factory=dict)
+    _own_bytes: int = 0  # of `segments`
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def restart(self, durable: int) -> None:
@@ -86,6 +84,7 @@ class TailStore:
         with self._lock:
             self.durable = self.visible = durable
             self.segments = []
+            self._own_bytes = 0
 
     def held_bytes(self) -> int:
         """Bytes of every segment held, by the store or a pin (each counted once)."""
@@ -99,9 +98,9 @@ class TailStore:
         return sum(s.nbytes for s in seen.values())
 
     def over_limit(self) -> bool:
-        """The store's own segments (not yet durable) reach `max_bytes`: time to checkpoint early."""
-        with self._lock:
-            return sum(s.nbytes for s in self.segments) >= self.max_bytes
+        """The store's own segments (not yet durable) reach `max_bytes`: time to checkpoint early.
+        Called between every two transactions: a sum kept as segments come and go."""
+        return self._own_bytes >= self.max_bytes
 
     def full(self) -> bool:
         """Past `max_bytes`: publish nothing more until a checkpoint (or an ended pin) frees some."""
@@ -114,7 +113,9 @@ class TailStore:
             self.followed = frozenset(followed)
             if high <= self.visible and not parts:
                 return
-            self.segments.append(Segment(self.visible, high, parts, frozenset(ok)))
+            segment = Segment(self.visible, high, parts, frozenset(ok), sum(t.nbytes for t in parts.values()))
+            self.segments.append(segment)
+            self._own_bytes += segment.nbytes
             self.visible = max(self.visible, high)
 
     def checkpointed(self, safe: int) -> None:
@@ -123,6 +124,7 @@ class TailStore:
             self.durable = max(self.durable, safe)
             self.visible = max(self.visible, safe)
             self.segments = [s for s in self.segments if s.high > safe]
+            self._own_bytes = sum(s.nbytes for s in self.segments)
             self._expire()
 
     def pin(self, table_ids: list[int], ttl_s: float) -> dict:

@@ -17,13 +17,13 @@ that read can make it fail ("re-run the query").
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import threading
 from contextlib import contextmanager
 from typing import Iterator
 
 from htap.errors import ReplicaError
+from htap.replica import tail
 from htap.replica.metadata import MetadataStore
 from htap.replica.read_plans import ReadPlan, plan_unleased
 
@@ -41,6 +41,22 @@ def query_holder(owner: str) -> str:
     """The pins.holder of the leases a Spark scan's planning took (`owner`: the scan's lease
     owner, a UUID the shim gives every HtapScan)."""
     return QUERY_HOLDER_PREFIX + owner
+
+
+def renew_queries(store: MetadataStore, owners: list[str], ttl_s: float) -> int:
+    """Queries still running (their scans' lease `owners`): their leases, and their pins of a
+    service's in-memory tail, live at least `ttl_s` more. How many leases."""
+    renewed = store.renew_held([query_holder(o) for o in owners], ttl_s)
+    tail.renew([tail.TailPin.from_json(p) for p in store.query_tails_of(owners)], ttl_s)
+    return renewed
+
+
+def release_queries(store: MetadataStore, owners: list[str]) -> int:
+    """Queries ended: everything their scans (lease `owners`) hold — leases, tail pins — ends.
+    How many leases there were."""
+    released = store.release_held([query_holder(o) for o in owners])
+    tail.release([tail.TailPin.from_json(p) for p in store.query_tails_of(owners, take=True)])
+    return released
 
 
 def current_plan(store: MetadataStore, table_id: int, plan: ReadPlan, window_s: float) -> ReadPlan:

@@ -96,6 +96,9 @@ def test_reads_see_the_changes_not_yet_checkpointed_and_kill9_loses_nothing(work
         status = json.loads(ws.htap("status", "--json").stdout)["sources"][0]
         assert status["position"] == durable and status["visible"] >= scan.seq and status["tail_bytes"] > 0, status
         assert "visible " in ws.htap("status").stdout
+        # Each query's pin ends with the query (the driver releases it with the query's leases).
+        wait_until(lambda: json.loads(ws.htap("status", "--json").stdout)["sources"][0]["tail_pins"] == 0, None,
+                   "the queries' tail pins to be released")
 
         # kill -9: the tail is gone with the service. A query reads the durable snapshot (auto:
         # readAfter cannot be met there, so the source answers), never a mix.
