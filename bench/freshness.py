@@ -227,6 +227,8 @@ def main(argv=None) -> int:
                    help="idle period after the pgbench run over which the safe seq's lag is measured (0 skips)")
     p.add_argument("--json", default="bench/results/freshness.json")
     p.add_argument("--service-log", help="keep a copy of the service's log here")
+    p.add_argument("--flush-interval", type=float, default=None,
+                   help="replica.flush_interval_s for this run (default: the config's default, 0.5 s)")
     p.add_argument("--rw-rounds", type=int, default=1000,
                    help="read-your-writes rounds per mode during the pgbench run (0 skips)")
     args = p.parse_args(argv)
@@ -254,6 +256,10 @@ def main(argv=None) -> int:
     dsn = f"{base} dbname={DB}"
     htap = [sys.executable, "-m", "htap.app.cli", "--config", str(work / "htap.toml")]
     subprocess.run([*htap, "init", "--dsn", dsn, "--source", "bench"], check=True, capture_output=True)
+    if args.flush_interval is not None:
+        config = work / "htap.toml"
+        config.write_text(re.sub(r"(?m)^#?\s*flush_interval_s\s*=.*$", f"flush_interval_s = {args.flush_interval}",
+                                 config.read_text()))
     for t in ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "rw"):  # pgbench_history has no key
         subprocess.run([*htap, "tables", "add", f"public.{t}"], check=True, capture_output=True)
     log = open(work / "serve.log", "wb")
@@ -278,7 +284,8 @@ def main(argv=None) -> int:
         except (TailUnavailable, KeyError):
             return 0
 
-    results: dict = {"rate_tps": args.rate, "seconds": args.seconds, "scale": args.scale}
+    results: dict = {"rate_tps": args.rate, "seconds": args.seconds, "scale": args.scale,
+                     "flush_interval_s": load_config(work / "htap.toml").flush_interval_s}
     try:
         while not safe() or not visible():
             time.sleep(0.2)

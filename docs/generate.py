@@ -449,6 +449,16 @@ def freshness_page(files: dict[str, bytes | str]) -> str:
             f"| commit to visible under pgbench at {fr['pgbench_tps']:,.0f} tps | {fr['p50_s']:.3f} s | {fr['p99_s']:.3f} s "
             f"| {fr['max_s']:.3f} s | {fr['samples']} | < 0.5 s / < 1 s |",
         ]
+        tail = r.get("freshness_tail")
+        if tail:
+            out.append(f"| the same commits, visible through the in-memory tail (`readTail`) | {tail['p50_s']:.3f} s "
+                       f"| {tail['p99_s']:.3f} s | {tail['max_s']:.3f} s | {tail['samples']} | <= 0.1 s / <= 0.3 s |")
+        short = _load("freshness_short_checkpoints.json")
+        if short and short.get("freshness"):
+            sf = short["freshness"]
+            out.append(f"| durable, checkpoints every {short.get('flush_interval_s', 0):g} s (another run, "
+                       f"`freshness_short_checkpoints.json`) | {sf['p50_s']:.3f} s | {sf['p99_s']:.3f} s | {sf['max_s']:.3f} s "
+                       f"| {sf['samples']} | |")
         if idle:
             out.append(f"| idle source: safe seq behind the WAL, over {idle['seconds']:.0f} s | {idle['p50_s'] * 1000:.1f} ms "
                        f"| {idle['p99_s'] * 1000:.0f} ms | {idle['max_s']:.2f} s | {idle['samples']} | p99 < 2 s |")
@@ -458,6 +468,19 @@ def freshness_page(files: dict[str, bytes | str]) -> str:
                        f"visible in the replica {ing['catch_up_s']:.2f} s after its commit: **{ing['row_changes_per_s']:,.0f} "
                        f"row changes/s** (target: at least 100k). CPU: service {ing['service_cpu_s']:.2f} s, Postgres walsender "
                        f"{ing['walsender_cpu_s']:.2f} s.\n")
+        rw = r.get("read_your_writes")
+        if rw:
+            out += [f"Read your writes under the same load: {rw['rounds_per_mode']} rounds per mode of \"commit an update, then "
+                    "plan the table's scan as Spark's driver does and read it as a task does\" (a miss: the read does not "
+                    "show the write).\n",
+                    "| mode | planning p50 | planning p99 | misses | the source answered |", "|---|---|---|---|---|"]
+            for mode, label in (("plain", "no readAfter"), ("read_after", "readAfter = now"),
+                                ("read_after_tail", "readAfter = now, readTail")):
+                d = rw[f"planning_{mode}"]
+                misses = rw["misses"].get(mode, "-") if mode != "plain" else "-"
+                fell = rw.get("source_answered", {}).get(mode, "-") if mode != "plain" else "-"
+                out.append(f"| {label} | {d['p50']:.3f} s | {d['p99']:.3f} s | {misses} | {fell} |")
+            out.append("")
         out.append("![freshness](freshness.png)\n")
         w = r.get("where_the_time_goes") or {}
         rows = [(k, v) for k, v in w.items() if isinstance(v, dict) and "p50" in v]

@@ -38,6 +38,9 @@ def test_service_keys_parse():
     assert (s.retained_wal_warning_bytes, s.source_check_interval_s, s.health_max_lag_s) == (1 << 20, 1.0, 0.0)
     assert isinstance(s.source_check_interval_s, float)
     assert parse_config({"service": {"metrics_address": ":9464"}}, CFG).service.metrics_endpoint == ("127.0.0.1", 9464)
+    tail = parse_config({"service": {"tail_address": "0.0.0.0:8815", "tail_secret": "s", "tail_bytes": 1 << 20}}, CFG)
+    assert (tail.service.tail_address, tail.service.tail_secret, tail.service.tail_bytes) == ("0.0.0.0:8815", "s", 1 << 20)
+    assert parse_config({"service": {"tail_address": ""}}, CFG).service.tail_address == ""  # off
 
 
 @pytest.mark.parametrize("raw, message", [
@@ -49,6 +52,9 @@ def test_service_keys_parse():
     ({"retained_wal_warning_bytes": 1.5}, "must be a whole number"),
     ({"source_check_interval_s": 0}, "service.source_check_interval_s must be greater than 0"),
     ({"health_max_lag_s": True}, "service.health_max_lag_s must be a number"),
+    ({"tail_address": "8815"}, "service.tail_address must look like"),
+    ({"tail_secret": 42}, "service.tail_secret must be a string"),
+    ({"tail_bytes": -1}, "service.tail_bytes must be at least 0"),
 ])
 def test_service_errors_name_the_key(raw, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
