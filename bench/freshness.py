@@ -135,14 +135,16 @@ def sample_lag(cur, safe, seconds: float, every_s: float = 0.05) -> list[float]:
 
 class ReadYourWrites(threading.Thread):
     """Rounds of: commit an update of the `rw` table, then plan its scan as Spark's driver does
-    (htap.pushdown.datasource.HtapReader) and read it as a task does, in `mode` order:
+    (htap.pushdown.datasource.HtapReader) and read it as a task does, in one of three modes:
     plain (no readAfter: planning latency only), readAfter=now, readAfter=now + readTail."""
 
     MODES = ("plain", "read_after", "read_after_tail")
 
-    def __init__(self, config: Path, dsn: str, rounds: int):
+    def __init__(self, config: Path, dsn: str, rounds: int, load_ended: threading.Event):
+        """At most `rounds` per mode, and none after `load_ended` (they measure under load)."""
         super().__init__(name="read-your-writes")
-        self.config, self.dsn, self.rounds = config, dsn, rounds
+        self.config, self.dsn, self.rounds, self.load_ended = config, dsn, rounds, load_ended
+        self.done: dict[str, int] = {m: 0 for m in self.MODES}
         self.planning: dict[str, list[float]] = {m: [] for m in self.MODES}
         self.misses: dict[str, int] = {m: 0 for m in self.MODES[1:]}
         self.tail_reads = 0
@@ -174,8 +176,12 @@ class ReadYourWrites(threading.Thread):
         cur = conn.cursor()
         store = MetadataStore(load_config(self.config).metadata)
         try:
-            for i in range(self.rounds * len(self.MODES)):
-                mode = self.MODES[i % len(self.MODES)]
+            for i in range(self.rounds * 2):
+                if self.load_ended.is_set():
+                    break
+                # plain and readAfter+readTail alternate; readAfter without the tail (a checkpoint's
+                # wait, ~0.4 s) every tenth round, so the rounds fit in the load's duration
+                mode = "read_after" if i % 20 == 19 else self.MODES[0 if i % 2 else 2]
                 cur.execute("UPDATE rw SET v = v + 1 WHERE id = 1 RETURNING v")
                 written = cur.fetchone()[0]
                 owner = uuid.uuid4().hex
@@ -201,12 +207,13 @@ class ReadYourWrites(threading.Thread):
                         table_id = store.get_table("bench", "public", "rw").id
                         self.reasons.append(f"{mode}: {store.recent_scans(table_id, 1)[0].reason}")
                 release_queries(store, [owner])  # as the driver does when the query ends
+                self.done[mode] += 1
         finally:
             store.close()
             conn.close()
 
     def results(self) -> dict:
-        out = {"rounds_per_mode": self.rounds, "misses": self.misses, "reads_through_the_tail": self.tail_reads,
+        out = {"rounds": self.done, "rounds_per_mode": self.done["read_after_tail"], "misses": self.misses, "reads_through_the_tail": self.tail_reads,
                "source_answered": self.fallbacks, "why_the_source_answered": self.reasons[:5]}
         for mode, times in self.planning.items():
             out[f"planning_{mode}"] = _spread(times)
@@ -229,8 +236,9 @@ def main(argv=None) -> int:
     p.add_argument("--service-log", help="keep a copy of the service's log here")
     p.add_argument("--flush-interval", type=float, default=None,
                    help="replica.flush_interval_s for this run (default: the config's default, 0.5 s)")
+    p.add_argument("--no-tail", action="store_true", help="run the service without its in-memory tail")
     p.add_argument("--rw-rounds", type=int, default=1000,
-                   help="read-your-writes rounds per mode during the pgbench run (0 skips)")
+                   help="read-your-writes rounds per mode at most, while pgbench runs (0 skips)")
     args = p.parse_args(argv)
     private = args.port is None
     if private:
@@ -256,6 +264,10 @@ def main(argv=None) -> int:
     dsn = f"{base} dbname={DB}"
     htap = [sys.executable, "-m", "htap.app.cli", "--config", str(work / "htap.toml")]
     subprocess.run([*htap, "init", "--dsn", dsn, "--source", "bench"], check=True, capture_output=True)
+    if args.no_tail:
+        config = work / "htap.toml"
+        config.write_text(config.read_text().replace("[service]", '[service]\ntail_address = ""', 1))
+        args.rw_rounds = 0
     if args.flush_interval is not None:
         config = work / "htap.toml"
         config.write_text(re.sub(r"(?m)^#?\s*flush_interval_s\s*=.*$", f"flush_interval_s = {args.flush_interval}",
@@ -274,20 +286,31 @@ def main(argv=None) -> int:
         seqs = [t.max_safe_seq or 0 for t in store.list_tables("bench")]
         return min(seqs) if seqs and all(t.readable for t in store.list_tables("bench")) else 0
 
+    asking: list = []  # one Flight client, kept: a new channel per sample cost the service a connection each
+
     def visible() -> int:
         """The service's visible seq (its in-memory tail), 0 until it can be asked."""
-        from htap.replica.tail import TailUnavailable, service_tail, status
+        import pyarrow.flight as flight
 
-        found = service_tail(store.service_beats(), "bench", time.time())
+        from htap.replica.tail import STATUS_ACTION, TAIL_HEADER, service_tail
+
+        if not asking:
+            found = service_tail(store.service_beats(), "bench", time.time())
+            if found is None:
+                return 0
+            asking[:] = [flight.FlightClient(found[0]),
+                         flight.FlightCallOptions(headers=[(TAIL_HEADER.encode(), found[1].encode())])]
+        client, options = asking
         try:
-            return status(*found)["bench"]["visible"] if found else 0
-        except (TailUnavailable, KeyError):
+            (result,) = list(client.do_action(flight.Action(STATUS_ACTION, b""), options))
+        except flight.FlightError:
             return 0
+        return json.loads(result.body.to_pybytes()).get("bench", {}).get("visible", 0)
 
     results: dict = {"rate_tps": args.rate, "seconds": args.seconds, "scale": args.scale,
                      "flush_interval_s": load_config(work / "htap.toml").flush_interval_s}
     try:
-        while not safe() or not visible():
+        while not safe() or not (args.no_tail or visible()):
             time.sleep(0.2)
         progress("initial copy done; starting pgbench")
         src = psycopg2.connect(dsn)
@@ -298,7 +321,8 @@ def main(argv=None) -> int:
             [pgbench(), "-n", "-R", str(args.rate), "-T", str(args.seconds), "-c", "8", "-j", "2", "-P", "10", DB],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
-        rw = ReadYourWrites(work / "htap.toml", dsn, args.rw_rounds)
+        load_ended = threading.Event()
+        rw = ReadYourWrites(work / "htap.toml", dsn, args.rw_rounds, load_ended)
         if args.rw_rounds:
             rw.start()
         samples: list[tuple[float, int]] = []  # (when, position) not yet durable
@@ -306,14 +330,17 @@ def main(argv=None) -> int:
         delays: list[float] = []
         tail_delays: list[float] = []
         started = time.time()
+        if args.no_tail:
+            shown = None  # nothing to sample
         while bench.poll() is None or samples or shown:
             now = time.time()
             if bench.poll() is None:
                 scur.execute("SELECT pg_current_wal_lsn()")
                 noted = (now, lsn_to_int(scur.fetchone()[0]))
                 samples.append(noted)
-                shown.append(noted)
-            v = visible()
+                if shown is not None:
+                    shown.append(noted)
+            v = 0 if args.no_tail else visible()
             now = time.time()
             while shown and shown[0][1] - 1 <= v:
                 tail_delays.append(now - shown.pop(0)[0])
@@ -324,8 +351,8 @@ def main(argv=None) -> int:
             if time.time() - started > args.seconds + 60:
                 break
             time.sleep(0.01)
+        load_ended.set()
         if args.rw_rounds:
-            progress(f"waiting for the read-your-writes rounds ({args.rw_rounds} per mode)")
             rw.join()
             if rw.error is not None:
                 raise rw.error
@@ -339,13 +366,14 @@ def main(argv=None) -> int:
             "max_s": float(max(delays)), "samples": len(delays), "pgbench_tps": tps,
             "row_changes_per_s": (versions1 - versions0) / elapsed,
         }
-        results["freshness_tail"] = {
+        results["freshness_tail"] = None if args.no_tail else {
             "p50_s": float(np.percentile(tail_delays, 50)), "p99_s": float(np.percentile(tail_delays, 99)),
             "max_s": float(max(tail_delays)), "samples": len(tail_delays),
         }
         progress(f"pgbench done: {tps} tps; freshness p50 {results['freshness']['p50_s']:.3f} s, p99 {results['freshness']['p99_s']:.3f} s")
-        progress(f"through the in-memory tail: p50 {results['freshness_tail']['p50_s']:.3f} s, "
-                 f"p99 {results['freshness_tail']['p99_s']:.3f} s")
+        if not args.no_tail:
+            progress(f"through the in-memory tail: p50 {results['freshness_tail']['p50_s']:.3f} s, "
+                     f"p99 {results['freshness_tail']['p99_s']:.3f} s")
         log.flush()
         profile = results["where_the_time_goes"] = checkpoint_profile(work / "serve.log", started, started + elapsed)
         progress("where the time went during the pgbench run (from the service's log):")
@@ -399,15 +427,17 @@ def main(argv=None) -> int:
     print(f"{'freshness p50 (s) at ' + str(args.rate) + ' tps':<44} {f['p50_s']:>12.3f} {'< 1':>10}")
     print(f"{'freshness p99 (s)':<44} {f['p99_s']:>12.3f} {'< 3':>10}")
     ft = results["freshness_tail"]
-    print(f"{'through the tail: visible p50 (s)':<44} {ft['p50_s']:>12.3f} {'<= 0.1':>10}")
-    print(f"{'through the tail: visible p99 (s)':<44} {ft['p99_s']:>12.3f} {'<= 0.3':>10}")
+    if ft:
+        print(f"{'through the tail: visible p50 (s)':<44} {ft['p50_s']:>12.3f} {'<= 0.1':>10}")
+        print(f"{'through the tail: visible p99 (s)':<44} {ft['p99_s']:>12.3f} {'<= 0.3':>10}")
     if "read_your_writes" in results:
         r = results["read_your_writes"]
         for mode in ReadYourWrites.MODES:
             d = r[f"planning_{mode}"]
             print(f"{'planning ' + mode + ' p50 / p99 (s)':<44} {d['p50']:>6.3f} / {d['p99']:.3f}")
-        print(f"{'read-your-writes misses (readAfter, +tail)':<44} {r['misses']['read_after']:>6} / "
-              f"{r['misses']['read_after_tail']} of {r['rounds_per_mode']} {'0':>6}")
+        print(f"{'read-your-writes misses: readAfter':<44} {r['misses']['read_after']:>6} of {r['rounds']['read_after']}")
+        print(f"{'read-your-writes misses: readAfter + readTail':<44} {r['misses']['read_after_tail']:>6} of "
+              f"{r['rounds']['read_after_tail']} {'0':>6}")
     print(f"{'pgbench tps achieved':<44} {f['pgbench_tps'] or 0:>12.0f}")
     print(f"{'row changes/s absorbed during the run':<44} {f['row_changes_per_s']:>12,.0f}")
     print(f"{'ingest: bulk row changes/s (one process)':<44} {i['row_changes_per_s']:>12,.0f} {'>= 20k':>10}")

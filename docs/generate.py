@@ -470,16 +470,17 @@ def freshness_page(files: dict[str, bytes | str]) -> str:
                        f"{ing['walsender_cpu_s']:.2f} s.\n")
         rw = r.get("read_your_writes")
         if rw:
-            out += [f"Read your writes under the same load: {rw['rounds_per_mode']} rounds per mode of \"commit an update, then "
-                    "plan the table's scan as Spark's driver does and read it as a task does\" (a miss: the read does not "
-                    "show the write).\n",
-                    "| mode | planning p50 | planning p99 | misses | the source answered |", "|---|---|---|---|---|"]
+            out += ["Read your writes under the same load: rounds of \"commit an update, then plan the table's scan as "
+                    "Spark's driver does and read it as a task does\" (a miss: the read does not show the write).\n",
+                    "| mode | rounds | planning p50 | planning p99 | misses | the source answered |",
+                    "|---|---|---|---|---|---|"]
             for mode, label in (("plain", "no readAfter"), ("read_after", "readAfter = now"),
                                 ("read_after_tail", "readAfter = now, readTail")):
                 d = rw[f"planning_{mode}"]
                 misses = rw["misses"].get(mode, "-") if mode != "plain" else "-"
                 fell = rw.get("source_answered", {}).get(mode, "-") if mode != "plain" else "-"
-                out.append(f"| {label} | {d['p50']:.3f} s | {d['p99']:.3f} s | {misses} | {fell} |")
+                rounds = (rw.get("rounds") or {}).get(mode, d.get("n", "-"))
+                out.append(f"| {label} | {rounds} | {d['p50']:.3f} s | {d['p99']:.3f} s | {misses} | {fell} |")
             out.append("")
         out.append("![freshness](freshness.png)\n")
         w = r.get("where_the_time_goes") or {}

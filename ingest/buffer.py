@@ -51,10 +51,23 @@ class TableBuffer:
     def drain_all(self) -> list[tuple[TableInfo, pa.Table]]:
         """Everything buffered, each part with the table schema it was buffered under; empties
         the buffer. PoisonError when a value cannot be decoded (the buffer is empty then too)."""
+        published = self._all_published()
+        if published is not None:
+            self._reset()
+            return [(self.table, published)]
         rows = self.frozen + ([(self.table, self._rows())] if len(self) else [])
         self.frozen = []
         self._reset()
         return [(table, self._decode(table, *raw)) for table, raw in rows]
+
+    def _all_published(self) -> pa.Table | None:
+        """Every buffered row as the in-memory tail's publishes decoded them (the same rows and
+        types `_decode` gives, `_ord` counted across publishes), when they cover the buffer and
+        it holds nothing else a checkpoint needs (rows under older schemas, moved partial rows'
+        old keys): the checkpoint then decodes nothing again."""
+        if not self.published_rows or self.published != len(self) or not self.servable():
+            return None
+        return pa.concat_tables(self.published_rows)
 
     def pending(self) -> bool:
         return bool(self.frozen) or len(self) > 0
@@ -78,6 +91,7 @@ class TableBuffer:
         # change; every other partial row fills from its own key's older versions.
         self.bases: dict[int, tuple] = {}
         self.published = 0  # rows [0, published) were handed to the in-memory tail (`publish`)
+        self.published_rows: list[pa.Table] = []  # what `publish` returned, in order
         self.publish_failed = False  # some rows could not be decoded for it: not servable until drained
 
     def __len__(self) -> int:
@@ -254,8 +268,9 @@ class TableBuffer:
 
     def publish(self) -> pa.Table | None:
         """The rows buffered since the last call (or the last drain), decoded like `drain` does
-        (`_ord` counts from 0 in each call), without emptying the buffer; None if there are none.
-        Call between transactions only: a publish never holds part of one."""
+        (`_ord`: their row numbers in the buffer), without emptying the buffer; None if there are
+        none. Call between transactions only: a publish never holds part of one. A checkpoint
+        drains what was published as it is (`_all_published`): the tail costs no second decode."""
         n = len(self.seqs)
         if n == self.published:
             return None
@@ -264,16 +279,19 @@ class TableBuffer:
         columns = [[_slice(part[i], start, low, n) for part, start in zip(self.parts, self.part_starts)
                     if start + len(part[i]) > low] for i in range(len(self.names))]
         try:
-            return self._decode(self.table, columns, self.seqs[low:], self.ops[low:], self.unset[low:], {})
+            rows = self._decode(self.table, columns, self.seqs[low:], self.ops[low:], self.unset[low:], {}, low)
         except PoisonError:
             self.publish_failed = True
             raise
+        self.published_rows.append(rows)
+        return rows
 
     def drain(self) -> pa.Table:
         """The buffered changes as an Arrow table (typed columns, _seq, _op, _unset, _ord); empties the buffer."""
-        raw = self._rows()
+        published = self._all_published()
+        raw = self._rows() if published is None else None
         self._reset()
-        return self._decode(self.table, *raw)
+        return published if raw is None else self._decode(self.table, *raw)
 
     def _rows(self) -> tuple:
         """The buffered rows: per column, its parts' sequences in row order; seqs, ops, masks."""
@@ -282,9 +300,10 @@ class TableBuffer:
         return columns, self.seqs, self.ops, self.unset, self.bases
 
     def _decode(self, table: TableInfo, columns: list[list], seqs: list[int], ops: list[int], unset: list[int],
-                bases: dict[int, tuple]) -> pa.Table:
-        """Buffered rows -> Arrow, one vectorized decode per column. A value the column's replica
-        type cannot hold is a PoisonError naming the column, the value and its change's seq."""
+                bases: dict[int, tuple], first_row: int = 0) -> pa.Table:
+        """Buffered rows -> Arrow, one vectorized decode per column (`first_row`: the buffer's row
+        number of the first, counted on in `_ord`). A value the column's replica type cannot hold
+        is a PoisonError naming the column, the value and its change's seq."""
         names = [c.name for c in table.columns]
         arrays = []
         for parts, f in zip(columns, table.arrow_schema):
@@ -299,7 +318,7 @@ class TableBuffer:
             pa.array(seqs, pa.int64()),
             pa.array(ops, pa.int8()),
             pa.array(unset, pa.int64()),
-            pa.array(range(n), pa.int64()),
+            pa.array(range(first_row, first_row + n), pa.int64()),
         ]
         extra = []
         if bases:  # key-changing partial rows: their old keys, NULL elsewhere

@@ -262,11 +262,12 @@ class SourceIngest:
         log.info("%s: schema version %d: added %s, dropped %s (metadata only)", table.qualified_name, version, added, dropped)
         return changed
 
-    def changed_types(self, tables: list[TableInfo]) -> list[int]:
+    def changed_types(self, tables: list[TableInfo], before_resync=lambda: None) -> list[int]:
         """Tables whose columns changed type in the source (same names): they are copied again.
         Added and dropped columns are followed when the stream shows them (follow_schema).
         A failed table is copied again on any change of its columns (names or types): the
-        change may be the fix (e.g. a column given a type that holds the value)."""
+        change may be the fix (e.g. a column given a type that holds the value). `before_resync`
+        runs once, before the first table is marked to be copied again."""
         changed = []
         for table in tables:
             try:
@@ -279,10 +280,14 @@ class SourceIngest:
             before = {c.name: c.source_type for c in table.columns}
             if table.state == STATE_FAILED:
                 if list(now.items()) != list(before.items()):
+                    if not changed:
+                        before_resync()
                     log.warning("%s (failed): its columns changed in the source: copying the table again", table.qualified_name)
                     self.store.resync(table.id, "re-copying a failed table after its columns changed in the source")
                     changed.append(table.id)
             elif set(now) == set(before) and now != before:
+                if not changed:
+                    before_resync()
                 log.warning("%s: a column changed type in the source: copying the table again", table.qualified_name)
                 self.store.resync(table.id, "re-copying after a column type change")
                 changed.append(table.id)
@@ -368,9 +373,10 @@ class SourceIngest:
                             stream.request_progress()
                         if now >= next_schema_check:
                             next_schema_check = now + SCHEMA_CHECK_S
-                            settle()  # a table copied again is not written meanwhile
                             failed = [t for t in self.store.list_tables(self.config.name) if t.state == STATE_FAILED]
-                            for tid in self.changed_types(list(applier.tables.values()) + failed):
+                            # settle: a table copied again is not written meanwhile (only then: waiting for
+                            # the checkpoint in flight every few seconds stalled the stream, and the tail)
+                            for tid in self.changed_types(list(applier.tables.values()) + failed, before_resync=settle):
                                 applier.drop(tid)
                         if now >= next_pending_check:
                             next_pending_check = now + PENDING_CHECK_S

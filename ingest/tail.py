@@ -109,11 +109,12 @@ class TailStore:
     def publish(self, high: int, parts: dict[int, pa.Table], ok: set[int], followed: set[int]) -> None:
         """Every transaction up to `high` has been applied: `parts` are the rows buffered since
         the last publish, `ok` the `followed` tables whose tail is whole through `high`."""
+        nbytes = sum(t.get_total_buffer_size() for t in parts.values())  # outside the lock: readers wait on it
         with self._lock:
             self.followed = frozenset(followed)
             if high <= self.visible and not parts:
                 return
-            segment = Segment(self.visible, high, parts, frozenset(ok), sum(t.nbytes for t in parts.values()))
+            segment = Segment(self.visible, high, parts, frozenset(ok), nbytes)
             self.segments.append(segment)
             self._own_bytes += segment.nbytes
             self.visible = max(self.visible, high)

@@ -291,7 +291,7 @@ def await_read_after(
                     f" {waited:.1f} s (spark.htap.readAfterTimeoutSeconds = {opts.read_after_timeout_s:g})"), None, pin
         if pin is not None:
             release_tail([pin])
-            sleep(0.002)
+            sleep(0.005)  # the service publishes every 10 ms
             pin = tail()
         else:
             sleep(0.02)

@@ -324,7 +324,8 @@ def read_joined(
                 parts = []
                 vectors = _shared_vectors(root, t.plans)
                 tails = [fetch_tail(read.tail) if read.tail else None for read in t.plans]
-                combined = None if any(tails) else _as_one_read(t.plans, t.key, scan, vectors)
+                newer = any(tail is not None and tail.num_rows for tail in tails)
+                combined = None if newer else _as_one_read(t.plans, t.key, scan, vectors)
                 reads = [(combined, None)] if combined is not None else list(zip(t.plans, tails))
                 for j, (read, tail) in enumerate(reads):
                     sql, local = partition_query(
