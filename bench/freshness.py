@@ -43,8 +43,9 @@ from pathlib import Path
 import numpy as np
 import psycopg2
 
-from bench.runners import cpu_seconds
 from htap.seq import lsn_to_int
+
+from bench.runners import cpu_seconds
 
 DB = "htap_bench"
 

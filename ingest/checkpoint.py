@@ -25,7 +25,6 @@ import pyarrow as pa
 
 from htap.connectors.changes import DECODE_ERRORS, ChangeStream
 from htap.errors import PoisonError, TableError, WarehouseError
-from htap.seq import SeqCodec
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
 from htap.observe import CHECKPOINT_PHASE_SECONDS, CHECKPOINT_SECONDS, Phases, phase
@@ -34,6 +33,7 @@ from htap.replica.manifest import write_manifest
 from htap.replica.metadata import MetadataStore
 from htap.replica.models import TableInfo
 from htap.replica.warehouse import Warehouse
+from htap.seq import SeqCodec
 
 log = logging.getLogger(__name__)
 

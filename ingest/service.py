@@ -33,7 +33,6 @@ from htap.errors import HtapError, PoisonError, SourceError, TableError, Warehou
 from htap.ingest.applier import Action, Failed, FollowSchema, Recopy, TransactionApplier
 from htap.ingest.checkpoint import Checkpointer
 from htap.ingest.failures import failure_message, log_failure
-from htap.ingest.tail import TAIL_PUBLISH_S, Tails
 from htap.ingest.health import (
     PHASE_COPYING,
     PHASE_RECOVERING,
@@ -44,9 +43,10 @@ from htap.ingest.health import (
     ServiceState,
     watch_sources,
 )
+from htap.ingest.tail import TAIL_PUBLISH_S, Tails
 from htap.observe import COPY_SECONDS
-from htap.replica.compaction import compaction_loop
 from htap.replica import keyindex
+from htap.replica.compaction import compaction_loop
 from htap.replica.deltas import delete_delta_files, first_versions, partition_dir, write_delta
 from htap.replica.manifest import write_manifest
 from htap.replica.metadata import MetadataStore
@@ -63,8 +63,8 @@ from htap.replica.models import (
     TableInfo,
     encode_schema,
 )
-from htap.replica.warehouse import open_warehouse
 from htap.replica.partitions import choose_splits, encode_bounds, partition_count, partition_filter
+from htap.replica.warehouse import open_warehouse
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from htap.replica.manifest import write_manifest
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.metadata import Delta, MetadataStore
 from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, TableInfo
-from htap.replica.repartition import ORPHAN_AGE_S, Counted, collect_orphans, repartition_table
 from htap.replica.read_plans import queryable_window
+from htap.replica.repartition import ORPHAN_AGE_S, Counted, collect_orphans, repartition_table
 from htap.replica.warehouse import Warehouse, as_warehouse, open_warehouse
 
 log = logging.getLogger(__name__)

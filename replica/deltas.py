@@ -21,10 +21,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from htap import engine
+from htap.errors import MovedKeyValuesUnknown, NoSuchTableError, TableError
 from htap.observe import phase
 from htap.replica import dv as dvs
 from htap.replica import keyindex
-from htap.errors import MovedKeyValuesUnknown, NoSuchTableError, TableError
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import BASE_PREFIX, OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
