@@ -62,14 +62,19 @@ def plain_copies(spark, catalog: str, schema: str) -> dict[str, str]:
     return names
 
 
-@pytest.mark.parametrize("route", ["replica", "source"])
-def test_injected_failures_leave_the_query_to_spark(workspace, spark, catalog, tables, route):
-    ws = workspace
-    plain = plain_copies(spark, catalog, tables)
+def routed(ws, spark, catalog: str, schema: str, route: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Spark's own copies of the tables, and the tables' names through the catalog, read on
+    `route` (the source's: failover on)."""
+    plain = plain_copies(spark, catalog, schema)
     if route == "source":
         for t in ("a", "b"):
-            ws.htap("failover", f"{tables}.{t}", "on")
-    names = {t: f"{catalog}.{tables}.{t}" for t in ("a", "b")}
+            ws.htap("failover", f"{schema}.{t}", "on")
+    return plain, {t: f"{catalog}.{schema}.{t}" for t in ("a", "b")}
+
+
+@pytest.mark.parametrize("route", ["replica", "source"])
+def test_injected_failures_leave_the_query_to_spark(workspace, spark, catalog, tables, route):
+    plain, names = routed(workspace, spark, catalog, tables, route)
     for stage in ("translate", "render"):
         before = fallbacks(spark)
         with spark_confs(spark, {INJECT: stage}):
@@ -86,12 +91,7 @@ def test_injected_failures_leave_the_query_to_spark(workspace, spark, catalog, t
 
 @pytest.mark.parametrize("route", ["replica", "source"])
 def test_unknown_nodes_and_functions_stay_in_spark_and_what_is_below_is_pushed(workspace, spark, catalog, tables, route):
-    ws = workspace
-    plain = plain_copies(spark, catalog, tables)
-    if route == "source":
-        for t in ("a", "b"):
-            ws.htap("failover", f"{tables}.{t}", "on")
-    names = {t: f"{catalog}.{tables}.{t}" for t in ("a", "b")}
+    plain, names = routed(workspace, spark, catalog, tables, route)
     for text in UNKNOWN:
         q = text.format(**names)
         physical = spark.sql("EXPLAIN " + q).collect()[0][0].split("== Physical Plan ==")[-1]
@@ -112,12 +112,7 @@ UNTRANSLATABLE = [
 
 @pytest.mark.parametrize("route", ["replica", "source"])
 def test_filters_spark_cannot_translate_stay_in_spark(workspace, spark, catalog, tables, route):
-    ws = workspace
-    plain = plain_copies(spark, catalog, tables)
-    if route == "source":
-        for t in ("a", "b"):
-            ws.htap("failover", f"{tables}.{t}", "on")
-    names = {t: f"{catalog}.{tables}.{t}" for t in ("a", "b")}
+    plain, names = routed(workspace, spark, catalog, tables, route)
     for text in UNTRANSLATABLE:
         q = text.format(**names)
         assert "knownnullable(" in spark.sql("EXPLAIN " + q).collect()[0][0], q
