@@ -48,6 +48,10 @@ QUERIES = [
     # the decimal's UnscaledValue is not translated, so Spark finishes it.
     ("SELECT grp, avg(id), count(*) FROM {t} GROUP BY grp", False, "subtree"),
     ("SELECT grp, avg(disc), sum(price) FROM {t} GROUP BY grp", False, "partial"),
+    # AVG of NULL beside one Spark finishes: Spark's pushdown split it into SUM(NULL) and a
+    # COUNT(NULL) it offered as COUNT(*), and ANSI took the NULL sum of a non-zero count for an
+    # overflow (fuzz seed 27 query 22); CountOfConstant makes it the NULL it is.
+    ("SELECT grp, avg(disc), avg(CAST(NULL AS DECIMAL(12,2))), sum(price) FROM {t} GROUP BY grp", False, "partial"),
 ]
 
 

@@ -6,6 +6,7 @@ import org.apache.spark.sql.catalyst.expressions.Coalesce;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression;
+import org.apache.spark.sql.catalyst.expressions.aggregate.Average;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Count;
 import org.apache.spark.sql.catalyst.expressions.aggregate.Max;
 import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
@@ -26,7 +27,10 @@ import scala.runtime.AbstractPartialFunction;
  * offered, the answer would change (the fuzzer's seed 118). So, over HTAP tables only and before
  * the pushdown rules run (an operator optimization rule): COUNT(NULL), DISTINCT or not, becomes 0,
  * and COUNT(DISTINCT c) of a non-null constant COALESCE(MAX(1), 0). Both are Spark's own values;
- * a COUNT(5) without DISTINCT is COUNT(*) indeed and is left alone.
+ * a COUNT(5) without DISTINCT is COUNT(*) indeed and is left alone. An AVG of NULL becomes NULL
+ * (its value, over any rows): Spark's pushdown splits an AVG it offers as partial aggregates into
+ * SUM and COUNT of its argument, after this rule, and that COUNT(NULL) went out as COUNT(*) too —
+ * ANSI's "overflow in sum of decimals" for a NULL sum of a non-zero count (fuzz seed 27, query 22).
  */
 public final class CountOfConstant extends Rule<LogicalPlan> {
   @Override
@@ -52,11 +56,16 @@ public final class CountOfConstant extends Rule<LogicalPlan> {
       new AbstractPartialFunction<Expression, Expression>() {
         @Override
         public boolean isDefinedAt(Expression e) {
-          return constant(e) != null;
+          return constant(e) != null || averageOfNull(e);
         }
 
         @Override
         public <A1 extends Expression, B1> B1 applyOrElse(A1 e, Function1<A1, B1> otherwise) {
+          if (averageOfNull(e)) {
+            @SuppressWarnings("unchecked")
+            B1 typed = (B1) new Literal(null, e.dataType());
+            return typed;
+          }
           Literal value = constant(e);
           if (value == null) return otherwise.apply(e);
           Expression out;
@@ -72,6 +81,15 @@ public final class CountOfConstant extends Rule<LogicalPlan> {
           return typed;
         }
       };
+
+  /** An AVG (DISTINCT or not, filtered or not) of a NULL literal. */
+  private static boolean averageOfNull(Expression e) {
+    if (!(e instanceof AggregateExpression)) return false;
+    AggregateExpression a = (AggregateExpression) e;
+    return a.aggregateFunction() instanceof Average
+        && ((Average) a.aggregateFunction()).child() instanceof Literal
+        && ((Literal) ((Average) a.aggregateFunction()).child()).value() == null;
+  }
 
   /** The constant of a COUNT(DISTINCT constant) or COUNT(NULL) without FILTER, else null. */
   private static Literal constant(Expression e) {
