@@ -289,8 +289,9 @@ def await_read_after(
             return (f"the replica is behind the seq the query must read after: {t.qualified_name} is at seq"
                     f" {t.max_safe_seq}, {target - (t.max_safe_seq or 0)} short of {target} (readAfter = {asked}) after"
                     f" {waited:.1f} s (spark.htap.readAfterTimeoutSeconds = {opts.read_after_timeout_s:g})"), None, pin
-        if pin is not None:
-            release_tail([pin])
+        if tail is not None:  # pin again (also after a pin that failed: the service may answer now)
+            if pin is not None:
+                release_tail([pin])
             sleep(0.005)  # the service publishes every 10 ms
             pin = tail()
         else:

@@ -74,6 +74,7 @@ def test_reads_see_the_changes_not_yet_checkpointed_and_kill9_loses_nothing(work
     durable = start_without_checkpoints(ws, "accounts")
     spark.conf.set(READ_TAIL, "true")
     spark.conf.set(READ_AFTER, "now")
+    spark.conf.set(TIMEOUT, "120")  # a loaded machine is slow, never wrong: the wait ends when the tail covers it
     try:
         plan = spark.sql(f"EXPLAIN SELECT count(*) FROM {ref}").collect()[0][0]
         assert "readTail=true" in plan, plan
@@ -86,7 +87,7 @@ def test_reads_see_the_changes_not_yet_checkpointed_and_kill9_loses_nothing(work
             ws.sql(f"UPDATE {accounts} SET id = {2000 + i}, note = 'moved' WHERE id = {100 + i}")
             assert replica_rows(spark, ref) == source_rows(ws, accounts)
             scan = last_scan(ws, "accounts")
-            assert scan.route == "replica" and "in-memory tail" in scan.reason, scan
+            assert scan.route == "replica" and "in-memory tail" in scan.reason, (scan, ws.log()[-3000:])
             assert scan.seq > durable
             # Aggregates and joins pushed over the tail (one task reading every partition).
             got = spark.sql(f"SELECT count(*), sum(a.balance) FROM {ref} a JOIN {ref} b USING (id)").collect()[0]
@@ -203,6 +204,7 @@ def test_read_your_writes_through_the_tail_on_mariadb(my_workspace, spark, my_ca
     ref = f"{my_catalog}.{t}"
     spark.conf.set(READ_TAIL, "true")
     spark.conf.set(READ_AFTER, "now")
+    spark.conf.set(TIMEOUT, "120")
     try:
         for i in range(100, 106):
             ws.sql(f"INSERT INTO {t} VALUES ({i}, 'written {i}')")
@@ -211,8 +213,8 @@ def test_read_your_writes_through_the_tail_on_mariadb(my_workspace, spark, my_ca
             got = [tuple(r) for r in spark.sql(f"SELECT id, body FROM {ref} ORDER BY id").collect()]
             assert got == [tuple(r) for r in ws.sql(f"SELECT id, body FROM {t} ORDER BY id")]
             scan = last_scan(ws, "notes")
-            assert scan.route == "replica" and "in-memory tail" in scan.reason and scan.seq > durable, scan
+            assert scan.route == "replica" and "in-memory tail" in scan.reason and scan.seq > durable, (scan, ws.log()[-3000:])
         assert ws.table("notes").max_safe_seq == durable
     finally:
-        spark.conf.unset(READ_TAIL)
-        spark.conf.unset(READ_AFTER)
+        for key in (READ_TAIL, READ_AFTER, TIMEOUT):
+            spark.conf.unset(key)
