@@ -26,6 +26,7 @@ from htap.replica.models import (
 )
 from htap.replica.read_plans import pin_and_plan
 from htap.replica.tail import TailUnavailable, service_tail
+from htap.replica.tail import connect as tail_connect
 from htap.replica.tail import status as tail_status
 from htap.replica.warehouse import open_warehouse
 from htap.rewrite.pushed import count_plan
@@ -206,7 +207,9 @@ def _tail_statuses(cfg: HtapConfig, beats: list[dict], now: float) -> dict[str, 
         if found is None or name in out:
             continue
         try:
-            out.update(tail_status(*found))
+            connection = tail_connect(*found)
+            with connection.client:
+                out.update(tail_status(connection))
         except TailUnavailable as e:
             log.warning("%s", e)
     return out

@@ -287,26 +287,21 @@ def main(argv=None) -> int:
         seqs = [t.max_safe_seq or 0 for t in store.list_tables("bench")]
         return min(seqs) if seqs and all(t.readable for t in store.list_tables("bench")) else 0
 
-    asking: list = []  # one Flight client, kept: a new channel per sample cost the service a connection each
+    asking: list = []  # one connection, kept: a new channel per sample cost the service a connection each
 
     def visible() -> int:
         """The service's visible seq (its in-memory tail), 0 until it can be asked."""
-        import pyarrow.flight as flight
-
-        from htap.replica.tail import STATUS_ACTION, TAIL_HEADER, service_tail
+        from htap.replica.tail import TailUnavailable, connect, service_tail, status
 
         if not asking:
             found = service_tail(store.service_beats(), "bench", time.time())
             if found is None:
                 return 0
-            asking[:] = [flight.FlightClient(found[0]),
-                         flight.FlightCallOptions(headers=[(TAIL_HEADER.encode(), found[1].encode())])]
-        client, options = asking
+            asking.append(connect(*found))
         try:
-            (result,) = list(client.do_action(flight.Action(STATUS_ACTION, b""), options))
-        except flight.FlightError:
+            return status(asking[0]).get("bench", {}).get("visible", 0)
+        except TailUnavailable:
             return 0
-        return json.loads(result.body.to_pybytes()).get("bench", {}).get("visible", 0)
 
     results: dict = {"rate_tps": args.rate, "seconds": args.seconds, "scale": args.scale,
                      "flush_interval_s": load_config(work / "htap.toml").flush_interval_s}

@@ -179,10 +179,8 @@ class TableBuffer:
         """Column i of rows [lo, hi) as Python values (as the source delivered them)."""
         out: list = []
         for part, start in [*zip(self.parts, self.part_starts), (self.columns, self.open_start)]:
-            seq = part[i]
-            a, b = max(lo - start, 0), min(hi - start, len(seq))
-            if a < b:
-                out += seq.slice(a, b - a).to_pylist() if isinstance(seq, pa.Array) else seq[a:b]
+            rows = _slice(part[i], start, lo, hi)
+            out += rows.to_pylist() if isinstance(rows, pa.Array) else rows
         return out
 
     def _value(self, i: int, row: int):
@@ -289,9 +287,12 @@ class TableBuffer:
     def drain(self) -> pa.Table:
         """The buffered changes as an Arrow table (typed columns, _seq, _op, _unset, _ord); empties the buffer."""
         published = self._all_published()
-        raw = self._rows() if published is None else None
+        if published is not None:
+            self._reset()
+            return published
+        raw = self._rows()
         self._reset()
-        return published if raw is None else self._decode(self.table, *raw)
+        return self._decode(self.table, *raw)
 
     def _rows(self) -> tuple:
         """The buffered rows: per column, its parts' sequences in row order; seqs, ops, masks."""
@@ -335,6 +336,7 @@ class TableBuffer:
 def _slice(seq, start: int, low: int, high: int):
     """The rows [low, high) of a part (a list or an Arrow array) whose first row is row `start`."""
     a, b = max(low - start, 0), min(high - start, len(seq))
+    b = max(a, b)  # a part wholly outside the range: nothing of it
     return seq.slice(a, b - a) if isinstance(seq, pa.Array) else seq[a:b]
 
 

@@ -86,12 +86,8 @@ class TailStore:
             self.segments = []
             self._own_bytes = 0
 
-    def held_bytes(self) -> int:
-        """Bytes of every segment held, by the store or a pin (each counted once)."""
-        with self._lock:
-            return self._held_bytes()
-
     def _held_bytes(self) -> int:
+        """Bytes of every segment held, by the store or a pin (each counted once)."""
         seen = {id(s): s for s in self.segments}
         for p in self.pins.values():
             seen.update((id(s), s) for s in p.segments)
@@ -104,7 +100,8 @@ class TailStore:
 
     def full(self) -> bool:
         """Past `max_bytes`: publish nothing more until a checkpoint (or an ended pin) frees some."""
-        return self.held_bytes() >= self.max_bytes
+        with self._lock:
+            return self._held_bytes() >= self.max_bytes
 
     def publish(self, high: int, parts: dict[int, pa.Table], ok: set[int], followed: set[int]) -> None:
         """Every transaction up to `high` has been applied: `parts` are the rows buffered since

@@ -147,7 +147,7 @@ def plan_scans(
                     if route.target == ROUTE_REPLICA and route.seq > table.max_safe_seq:  # in the tail (_route)
                         pin = TailPin.from_json(store.query_tail(req.snapshot_token, req.source))
                         durable = pin_and_plan(store, table, table.max_safe_seq, window_s, pin_ttl_s, scan.filter, holder)
-                        reads = tuple(with_tail(store, read, table, pin, route.seq) for read in durable)
+                        reads = with_tail(store, durable, table, pin, route.seq)
                     elif route.target == ROUTE_REPLICA:
                         reads = tuple(pin_and_plan(store, table, route.seq, window_s, pin_ttl_s, scan.filter, holder))
                     if table.id not in recorded:  # a table read twice (a self-join) is one record
@@ -226,13 +226,13 @@ def tail_snapshot(pin: TailPin, tables: list[TableInfo]) -> int:
     return pin.snapshot([t.id for t in tables])
 
 
-def with_tail(store: MetadataStore, read: ReadPlan, table: TableInfo, pin: TailPin, seq: int) -> ReadPlan:
-    """A partition read of the deltas at the table's max safe seq, completed to `seq` by the
-    pinned tail's rows of that partition above it."""
+def with_tail(store: MetadataStore, reads: list[ReadPlan], table: TableInfo, pin: TailPin, seq: int) -> tuple[ReadPlan, ...]:
+    """Partition reads of the deltas at the table's max safe seq, each completed to `seq` by the
+    pinned tail's rows of its partition above it."""
     layout = store.layout_at(table.id, table.max_safe_seq)
-    return dataclasses.replace(read, tail=TailRead(
+    return tuple(dataclasses.replace(read, tail=TailRead(
         pin.endpoint, pin.secret, pin.ticket, table.id, table.max_safe_seq, seq, table.key[0], layout.bounds_b64,
-        layout.ids.index(read.part)))
+        layout.ids.index(read.part))) for read in reads)
 
 
 def query_tables(store: MetadataStore, source: str, names: tuple[str, ...], own: list[tuple[str, str]]) -> list[TableInfo]:

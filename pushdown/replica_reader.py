@@ -165,7 +165,7 @@ def partition_query(
         if not Path(f).is_file():
             raise damaged(table_label, f"delta file {warehouse.url(p)} is missing")
     if tail is not None and tail.num_rows:
-        source, has_partial = _with_tail(con, files, tail, key, table_schema, delta_versions, added_versions, name)
+        source, has_partial = _versions_with_tail(con, files, tail, key, table_schema, delta_versions, added_versions, name)
         sql = replica_sql(source, key, table_schema.names, seq, plan, floor=floor, partial=partial or has_partial)
         return sql, files
     if files and evolved(delta_versions, added_versions):
@@ -193,7 +193,7 @@ def partition_query(
     return sql, files
 
 
-def _with_tail(con: duckdb.DuckDBPyConnection, files: list[str], tail: pa.Table, key: list[str],
+def _versions_with_tail(con: duckdb.DuckDBPyConnection, files: list[str], tail: pa.Table, key: list[str],
                table_schema: pa.Schema, delta_versions: list[int] | None, added_versions: dict[str, int] | None,
                name: str) -> tuple[str, bool]:
     """The partition's versions as one relation for the per-key merge: the deltas' and the tail's

@@ -88,40 +88,53 @@ class TailRead:
     index: int
 
 
-def _client(endpoint: str, secret: str):
+@dataclass(frozen=True)
+class Connection:
+    """A Flight client of one service's tail and the call options carrying the secret; keep one
+    to ask many times (a new channel per call costs the service a connection each)."""
+
+    client: object
+    options: object
+    endpoint: str
+
+
+def connect(endpoint: str, secret: str) -> Connection:
     from pyarrow import flight
 
-    return flight.FlightClient(endpoint), flight.FlightCallOptions(
-        headers=[(TAIL_HEADER.encode(), secret.encode())], timeout=10.0)
+    return Connection(flight.FlightClient(endpoint), flight.FlightCallOptions(
+        headers=[(TAIL_HEADER.encode(), secret.encode())], timeout=10.0), endpoint)
+
+
+def _act(connection: Connection, action: str, body: bytes) -> bytes | None:
+    """One action's answer (None for an action that answers nothing); TailUnavailable when the
+    service cannot be asked."""
+    from pyarrow import flight
+
+    try:
+        results = list(connection.client.do_action(flight.Action(action, body), connection.options))
+    except (flight.FlightError, OSError, ValueError) as e:
+        raise TailUnavailable(f"the service's tail at {connection.endpoint} cannot be asked to {action}: "
+                              f"{_first_line(e)}") from e
+    return results[0].body.to_pybytes() if results else None
+
+
+def _once(endpoint: str, secret: str, action: str, body: bytes) -> bytes | None:
+    connection = connect(endpoint, secret)
+    with connection.client:
+        return _act(connection, action, body)
 
 
 def pin(endpoint: str, secret: str, source: str, table_ids: list[int], ttl_s: float) -> TailPin:
     """Pin the tail of `table_ids` of `source` (TailUnavailable if the service cannot be asked)."""
-    from pyarrow import flight
-
     body = json.dumps({"source": source, "tables": table_ids, "ttl_s": ttl_s}).encode()
-    try:
-        client, options = _client(endpoint, secret)
-        with client:
-            (result,) = list(client.do_action(flight.Action(PIN_ACTION, body), options))
-    except (flight.FlightError, OSError, ValueError) as e:
-        raise TailUnavailable(f"the service's tail at {endpoint} cannot be pinned: {_first_line(e)}") from e
-    d = json.loads(result.body.to_pybytes())
+    d = json.loads(_once(endpoint, secret, PIN_ACTION, body))
     return TailPin(endpoint, secret, d["ticket"], int(d["durable"]), int(d["visible"]),
                    {int(k): int(v) for k, v in d["limits"].items()})
 
 
-def status(endpoint: str, secret: str) -> dict[str, dict]:
+def status(connection: Connection) -> dict[str, dict]:
     """Per source the service streams: its durable and visible seqs, the tail's bytes and live pins."""
-    import pyarrow.flight as flight
-
-    try:
-        client, options = _client(endpoint, secret)
-        with client:
-            (result,) = list(client.do_action(flight.Action(STATUS_ACTION, b""), options))
-    except (flight.FlightError, OSError) as e:
-        raise TailUnavailable(f"the service's tail at {endpoint} cannot be asked: {_first_line(e)}") from e
-    return json.loads(result.body.to_pybytes())
+    return json.loads(_act(connection, STATUS_ACTION, b""))
 
 
 def service_tail(beats: list[dict], source: str, now: float, configured_secret: str = "") -> tuple[str, str] | None:
@@ -147,20 +160,14 @@ def renew(pins: list[TailPin], ttl_s: float) -> None:
 
 
 def _tell(pins: list[TailPin], action: str, extra: dict, what: str) -> None:
-    from pyarrow import flight
-
     by_endpoint: dict[tuple[str, str], list[str]] = {}
     for p in pins:
         by_endpoint.setdefault((p.endpoint, p.secret), []).append(p.ticket)
     for (endpoint, secret), tickets in by_endpoint.items():
-        body = json.dumps({"tickets": tickets, **extra}).encode()
         try:
-            client, options = _client(endpoint, secret)
-            with client:
-                list(client.do_action(flight.Action(action, body), options))
-        except (flight.FlightError, OSError) as e:
-            log.info("could not %s %d tail pin(s) at %s (they end with their ttl): %s", what, len(tickets), endpoint,
-                     _first_line(e))
+            _once(endpoint, secret, action, json.dumps({"tickets": tickets, **extra}).encode())
+        except TailUnavailable as e:
+            log.info("could not %s %d tail pin(s) (they end with their ttl): %s", what, len(tickets), e)
 
 
 def fetch(read: TailRead) -> pa.Table:
@@ -172,9 +179,9 @@ def fetch(read: TailRead) -> pa.Table:
     ticket = json.dumps({"ticket": read.ticket, "table": read.table_id, "low": read.low, "high": read.high,
                          "key0": read.key0, "bounds": read.bounds_b64, "index": read.index}).encode()
     try:
-        client, options = _client(read.endpoint, read.secret)
-        with client:
-            return client.do_get(flight.Ticket(ticket), options).read_all()
+        connection = connect(read.endpoint, read.secret)
+        with connection.client:
+            return connection.client.do_get(flight.Ticket(ticket), connection.options).read_all()
     except (flight.FlightError, OSError) as e:
         raise TailUnavailable(
             f"the in-memory tail this query was planned with (changes {read.low} < seq <= {read.high}) cannot be read"

@@ -139,8 +139,8 @@ def test_tail_reads_equal_the_table_at_their_snapshot(tmp_path_factory, tails, s
                 snapshot = max(durable, tail_snapshot(pin, [table.table]))  # as planning decides
                 if not stops:
                     assert snapshot == published or published <= durable, (snapshot, published, durable)
-                reads = [with_tail(table.store, r, table.table, pin, snapshot) if snapshot > durable else r
-                         for r in table.plans(durable)]
+                plans = table.plans(durable)
+                reads = with_tail(table.store, plans, table.table, pin, snapshot) if snapshot > durable else plans
                 event("read through the tail" if snapshot > durable else "read of the deltas only")
                 want = sorted(at[snapshot].values())
                 assert _rows(_partition_reads(table, reads)) == want, f"at seq {snapshot} (durable {durable})"
@@ -178,7 +178,7 @@ def test_a_pin_keeps_its_rows_across_a_checkpoint_and_an_unknown_pin_is_an_error
     store.publish(1, {tid: table.buffer.publish()}, {tid}, {tid})
     pin = tail_client.pin(tails.endpoint, tails.secret, SOURCE, [tid], 60.0)
     assert pin.snapshot([tid]) == 1 and pin.durable == 0
-    (read,) = [with_tail(table.store, r, table.table, pin, 1) for r in table.plans(0)]
+    (read,) = with_tail(table.store, table.plans(0), table.table, pin, 1)
     table.checkpoint(1)
     store.checkpointed(1)
     assert _rows(_partition_reads(table, [read])) == [(1, 10, "a")]
@@ -212,7 +212,7 @@ def test_changes_after_a_drained_checkpoint_stay_readable_when_it_commits(tmp_pa
     pin = tail_client.pin(tails.endpoint, tails.secret, SOURCE, [tid], 60.0)
     try:
         assert (pin.durable, tail_snapshot(pin, [table.table])) == (1, 2)
-        reads = [with_tail(table.store, r, table.table, pin, 2) for r in table.plans(1)]
+        reads = with_tail(table.store, table.plans(1), table.table, pin, 2)
         assert _rows(_partition_reads(table, reads)) == [(1, 11, "a"), (30, 20, "b")]
     finally:
         tail_client.release([pin])
