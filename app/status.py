@@ -25,9 +25,7 @@ from htap.replica.models import (
     TableInfo,
 )
 from htap.replica.read_plans import pin_and_plan
-from htap.replica.tail import TailUnavailable, service_tail
-from htap.replica.tail import connect as tail_connect
-from htap.replica.tail import status as tail_status
+from htap.replica.tail import statuses as tail_statuses
 from htap.replica.warehouse import open_warehouse
 from htap.rewrite.pushed import count_plan
 from htap.seq import PLAIN
@@ -174,7 +172,7 @@ def service_status(cfg: HtapConfig) -> ServiceStatus:
 def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
     with MetadataStore(cfg.metadata) as store:
         now = time.time()
-        tails = _tail_statuses(cfg, store.service_beats(), now)
+        tails = tail_statuses(list(cfg.sources), store.service_beats(), now, cfg.service.tail_secret)
         out = []
         for name, src in cfg.sources.items():
             tables = store.list_tables(name)
@@ -196,20 +194,3 @@ def source_statuses(cfg: HtapConfig) -> list[SourceStatus]:
                 visible_text=src.codec.format(tails[name]["visible"]) if name in tails else None,
             ))
         return out
-
-
-def _tail_statuses(cfg: HtapConfig, beats: list[dict], now: float) -> dict[str, dict]:
-    """Per source, what the running service's in-memory tail holds (htap.replica.tail.status);
-    nothing for a source without one, or whose service cannot be asked (said in the log)."""
-    out: dict[str, dict] = {}
-    for name in cfg.sources:
-        found = service_tail(beats, name, now, cfg.service.tail_secret)
-        if found is None or name in out:
-            continue
-        try:
-            connection = tail_connect(*found)
-            with connection.client:
-                out.update(tail_status(connection))
-        except TailUnavailable as e:
-            log.warning("%s", e)
-    return out

@@ -125,21 +125,28 @@ class TailStore:
             self._own_bytes = sum(s.nbytes for s in self.segments)
             self._expire()
 
+    def _limits(self, held: tuple[Segment, ...], table_ids: list[int]) -> dict[int, int]:
+        """Per followed table of `table_ids`: the newest seq its tail in `held` is whole up to
+        (the seq before its first segment that is not whole, or the last segment's end)."""
+        limits = {}
+        for t in table_ids:
+            if t not in self.followed:
+                continue
+            limit = held[0].low if held else self.visible
+            for s in held:
+                if t not in s.ok:
+                    break
+                limit = s.high
+            limits[t] = limit
+        return limits
+
     def pin(self, table_ids: list[int], ttl_s: float) -> dict:
         """Hold what a query needs of `table_ids`: every segment above the durable seq."""
         with self._lock:
             self._expire()
             held = tuple(self.segments)
             durable = held[0].low if held else self.visible
-            limits = {}
-            for t in table_ids:
-                limit = durable
-                for s in held:
-                    if t not in s.ok:
-                        break
-                    limit = s.high
-                if t in self.followed:
-                    limits[t] = limit
+            limits = self._limits(held, table_ids)
             ticket = uuid.uuid4().hex
             self.pins[ticket] = _Pin(self.clock() + ttl_s, held, durable, limits)
         return {"ticket": ticket, "durable": durable, "visible": self.visible, "limits": limits}
@@ -148,8 +155,9 @@ class TailStore:
         """What operations show: durable and visible seqs, bytes held, live pins."""
         with self._lock:
             self._expire()
+            limits = self._limits(tuple(self.segments), sorted(self.followed))
             return {"durable": self.durable, "visible": self.visible, "bytes": self._held_bytes(),
-                    "pins": len(self.pins)}
+                    "pins": len(self.pins), "tables": {str(t): v for t, v in limits.items()}}
 
     def release(self, ticket: str) -> None:
         with self._lock:

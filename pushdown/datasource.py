@@ -284,12 +284,15 @@ class SystemTableReader(DataSourceReader):
     """`<catalog>.htap.tables` / `.freshness`: built on the driver from the metadata store."""
 
     def __init__(self, opts: ScanOptions, schema: StructType):
+        import time
+
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from htap.conf import SPARK_CONFIG_HINT, cached_config
         from htap.pushdown.system_tables import query, rows
         from htap.replica.metadata import MetadataStore
+        from htap.replica.tail import statuses as tail_statuses
         from htap.rewrite.pushed import PushedPlan
 
         cfg = cached_config(opts.config, missing_hint=SPARK_CONFIG_HINT)
@@ -297,7 +300,8 @@ class SystemTableReader(DataSourceReader):
             opts.reader_role(cfg, cfg.source(opts.source))
         output = to_arrow_schema(schema, timezone="UTC")
         with MetadataStore(cfg.metadata) as store:
-            batches = query(rows(store, cfg.window_s, opts.table), PushedPlan.from_json(opts.pushed), output)
+            tails = tail_statuses(list(cfg.sources), store.service_beats(), time.time(), cfg.service.tail_secret)
+            batches = query(rows(store, cfg.window_s, opts.table, tails), PushedPlan.from_json(opts.pushed), output)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, output) as w:
             for b in batches:

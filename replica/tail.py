@@ -133,8 +133,27 @@ def pin(endpoint: str, secret: str, source: str, table_ids: list[int], ttl_s: fl
 
 
 def status(connection: Connection) -> dict[str, dict]:
-    """Per source the service streams: its durable and visible seqs, the tail's bytes and live pins."""
+    """Per source the service streams: its durable and visible seqs, the tail's bytes and live pins,
+    and per followed table id (`tables`, keys as text) the newest seq its tail is whole up to."""
     return json.loads(_act(connection, STATUS_ACTION, b""))
+
+
+def statuses(sources: list[str], beats: list[dict], now: float, configured_secret: str = "") -> dict[str, dict]:
+    """Per source of `sources`, what its running service's tail holds (`status`), for operations
+    (`htap status`, the system tables); nothing for a source without one, or whose service
+    cannot be asked (said in the log: operations show the rest)."""
+    out: dict[str, dict] = {}
+    for name in sources:
+        found = service_tail(beats, name, now, configured_secret)
+        if found is None or name in out:
+            continue
+        try:
+            connection = connect(*found)
+            with connection.client:
+                out.update(status(connection))
+        except TailUnavailable as e:
+            log.warning("%s", e)
+    return out
 
 
 def service_tail(beats: list[dict], source: str, now: float, configured_secret: str = "") -> tuple[str, str] | None:

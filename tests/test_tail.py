@@ -97,6 +97,9 @@ def test_reads_see_the_changes_not_yet_checkpointed_and_kill9_loses_nothing(work
         status = json.loads(ws.htap("status", "--json").stdout)["sources"][0]
         assert status["position"] == durable and status["visible"] >= scan.seq and status["tail_bytes"] > 0, status
         assert "visible " in ws.htap("status").stdout
+        for system in ("tables", "freshness"):  # and per table in the system tables
+            row = spark.sql(f"SELECT max_safe_seq, visible_seq FROM {catalog}.htap.{system} WHERE table_name = 'accounts'").collect()[0]
+            assert row.max_safe_seq == durable and row.visible_seq >= scan.seq, (system, row)
         # Each query's pin ends with the query (the driver releases it with the query's leases).
         wait_until(lambda: json.loads(ws.htap("status", "--json").stdout)["sources"][0]["tail_pins"] == 0, None,
                    "the queries' tail pins to be released")

@@ -29,6 +29,7 @@ def test_a_pin_holds_every_segment_above_the_durable_seq_and_limits_stop_at_a_ta
     pinned = store.pin([1, 2, 3], 60.0)
     assert (pinned["durable"], pinned["visible"]) == (10, 13)
     assert pinned["limits"] == {1: 13, 2: 11}  # table 3 is not followed: absent
+    assert store.status()["tables"] == {"1": 13, "2": 11}  # what operations show per table
     store.checkpointed(12)  # the pin keeps what the checkpoint made durable
     got = store.rows(pinned["ticket"], 1, 10, 13, "k", None, 0)
     assert sorted(got.column("k").to_pylist()) == [1, 2, 50]
@@ -63,4 +64,4 @@ def test_memory_bound_asks_for_a_checkpoint_and_pins_count_until_released():
     store.checkpointed(1)
     assert not store.over_limit() and store.full()  # the pin still holds the segment
     store.release(ticket)
-    assert not store.full() and store.status() == {"durable": 1, "visible": 1, "bytes": 0, "pins": 0}
+    assert not store.full() and store.status() == {"durable": 1, "visible": 1, "bytes": 0, "pins": 0, "tables": {"1": 1}}
