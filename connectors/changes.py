@@ -287,9 +287,10 @@ class ChangeSource(ABC):
         (None: nothing to report)."""
         return None
 
-    def committed_seq(self) -> int:
+    def committed_seq(self, tables: list[tuple[str, str]]) -> int:
         """The seq of the source's newest commit now: a replica whose max safe seq reaches it
-        holds every change committed before this call (`spark.htap.readAfter = now`)."""
+        holds every change committed before this call (`spark.htap.readAfter = now`) to
+        `tables` (schema, name), the query's (a source whose position is per table asks only theirs)."""
         raise SourceError(
             f"source {self.config.name} ({self.config.kind}): readAfter = now is not supported for this kind of"
             f" source yet; give the seq to read after instead (readAfter = <seq>)"

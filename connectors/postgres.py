@@ -610,7 +610,7 @@ class PostgresSource(ChangeSource, QueryableSource):
 
     # --- operations -----------------------------------------------------------------------------
 
-    def committed_seq(self) -> int:
+    def committed_seq(self, tables: list[tuple[str, str]]) -> int:
         """Everything committed so far is seq current - 1 (see PostgresStream.poll's progress);
         on an idle source the stream's heartbeat moves the safe seq past it within moments."""
         conn = self._conn()

@@ -274,7 +274,11 @@ def await_read_after(
     from htap.connectors.registry import open_source
 
     asked = "now" if opts.read_after == READ_AFTER_NOW else "a seq"
-    target = open_source(source).committed_seq() if opts.read_after == READ_AFTER_NOW else int(opts.read_after)
+    tables = query_tables(store, source.name, opts.snapshot_tables, own)
+    if opts.read_after == READ_AFTER_NOW:
+        target = open_source(source).committed_seq([(t.schema, t.name) for t in tables])
+    else:
+        target = int(opts.read_after)
     start = clock()
     while True:
         tables = query_tables(store, source.name, opts.snapshot_tables, own)

@@ -110,8 +110,25 @@ def test_postgres_connector_events_with_transactions_reach_spark(dbz, spark):
     assert normalized(spark.sql(f"SELECT * FROM {catalog}.public.orders").collect()) == ev.rows("orders")
 
     from htap.conf import load_config
+    from htap.connectors.registry import open_source
 
+    # readAfter = now: "now" is the newest change event the input holds (a delete's tombstone
+    # after it); the query right after the append waits until the replica holds it.
     cfg = load_config(ws.config)
+    ev.begin(606)
+    ev.insert("orders", order(12, 7, "2.50"))
+    ev.delete("orders", 11)
+    ev.commit()
+    ev.write()
+    assert open_source(cfg.source(ws.source)).committed_seq([("public", "orders")]) == ev.last_seq
+    spark.conf.set("spark.htap.readAfter", "now")
+    spark.conf.set("spark.htap.readAfterTimeoutSeconds", "120")  # a loaded machine is slow, never wrong
+    try:
+        assert normalized(spark.sql(f"SELECT * FROM {catalog}.public.orders").collect()) == ev.rows("orders")
+    finally:
+        spark.conf.unset("spark.htap.readAfter")
+        spark.conf.unset("spark.htap.readAfterTimeoutSeconds")
+
     with live_delta_files(cfg, ws.table("customers", "public").id) as deltas:  # compaction runs meanwhile
         files = [str(cfg.warehouse / d.path) for d in deltas]
         ((total, distinct),) = duckdb.sql(

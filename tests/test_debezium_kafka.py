@@ -219,3 +219,17 @@ def test_kafka_transactions_are_atomic_across_topics_and_partitions_and_survive_
                 f"SELECT count(*), count(DISTINCT (id, _seq)) FROM read_parquet({json.dumps(files)})"
             ).fetchall()
         assert total == distinct, f"{name}: a version was applied twice"
+
+    # readAfter = now: the position of the newest change event in the query's topics now, found
+    # from their ends (here a delete's tombstone is the last record of its partition, and Tansu
+    # answers an end offset below its last batch).
+    from htap.connectors.registry import open_source
+
+    ev.begin(700)
+    ev.delete("customers", min(ev.model["customers"]))
+    ev.commit()
+    ev.write()
+    source = open_source(cfg.source(ws.source))
+    assert source.committed_seq([("public", "customers"), ("public", "orders")]) == ev.last_seq
+    assert source.committed_seq([("public", "orders")]) == ev.positions["orders"]  # only the query's topics
+    ws.wait_seq("customers", ev.last_seq, schema="public")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from htap.connectors.debezium.envelope import unwrap
 from htap.errors import SourceError
 from htap.seq import binlog_seq
 
@@ -28,6 +29,15 @@ def event_position(source: dict) -> int:
     if lsn is None and not sequence:
         raise SourceError(f"Debezium {connector or 'unknown'} event without source.lsn: cannot order it")
     return pos
+
+
+def change_position(value) -> int | None:
+    """The position of a record's value when it is a change event; None for anything else
+    (tombstones, transaction markers, schema changes, heartbeats)."""
+    _schema, payload = unwrap(value)
+    if isinstance(payload, dict) and "op" in payload and isinstance(payload.get("source"), dict):
+        return event_position(payload["source"])
+    return None
 
 
 def commit_time(payload: dict) -> float:

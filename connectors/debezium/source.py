@@ -26,12 +26,14 @@ from htap.connectors.changes import (
 from htap.connectors.debezium.assembler import Assembler
 from htap.connectors.debezium.connect_types import arrow_type, type_string
 from htap.connectors.debezium.envelope import Record, source_table, unwrap
+from htap.connectors.debezium.positions import change_position
 from htap.connectors.debezium.transport import (
     FileTransport,
     KafkaTransport,
     iter_file_records,
     kafka_consumer,
     kafka_topics,
+    newest_file_records,
 )
 from htap.connectors.tables import Column, SourceTable
 from htap.errors import NoSuchTableError, SourceError, TableError
@@ -189,11 +191,13 @@ class DebeziumSource(ChangeSource):
     def prepare(self) -> None:
         """Nothing to create: Debezium owns the slot or binlog position."""
 
-    def _records_to_end(self, tables: list[tuple[str, str]]) -> Iterator[Record]:
-        """Every record there is now: the whole file or folder, or the topics up to their end offsets."""
+    def _records_to_end(self, tables: list[tuple[str, str]], newest: int | None = None) -> Iterator[Record]:
+        """Every record there is now: the whole file or folder, or the topics up to their end
+        offsets; with `newest`, only (at least) the last `newest` records of each partition, or
+        the end of the input's last file."""
         cfg = self.config
         if not cfg.bootstrap_servers:
-            yield from iter_file_records(cfg.path)
+            yield from (iter_file_records(cfg.path) if newest is None else newest_file_records(cfg.path))
             return
         from kafka import TopicPartition
 
@@ -203,7 +207,12 @@ class DebeziumSource(ChangeSource):
             if not parts:
                 return
             consumer.assign(parts)
-            consumer.seek_to_beginning(*parts)
+            if newest is None:
+                consumer.seek_to_beginning(*parts)
+            else:
+                first, last = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
+                for tp in parts:
+                    consumer.seek(tp, max(first.get(tp, 0), last.get(tp, 0) - newest))
             # Every record polled counts, also past the end offset asked for: a partition's
             # records are a prefix of it whatever the cut (transactions complete or not), and a
             # broker may answer an end offset below its last record (Tansu: the last batch's
@@ -230,6 +239,16 @@ class DebeziumSource(ChangeSource):
                     yield Record(r.topic, r.key, r.value)
         finally:
             consumer.close(autocommit=False)
+
+    def committed_seq(self, tables: list[tuple[str, str]]) -> int:
+        """The position of the newest change event of `tables` published now (the end of each
+        topic partition, or of the input file). Debezium publishes in commit order, so every
+        commit it has published is at or below it; commits it has not published yet cannot be
+        known here: `readAfter = now` means what the topics hold now. -1 when they hold none."""
+        # A few records back from each end: a delete's tombstone follows its event, and a broker
+        # may answer an end offset below its last record (Tansu: the last batch's first offset).
+        positions = (change_position(r.value) for r in self._records_to_end(tables, newest=8))
+        return max((p for p in positions if p is not None), default=-1)
 
     def initial_copy(self, table: SourceTable, work_dir: Path) -> tuple[int, Iterator[pa.Table]]:
         """The table as the events there are now leave it, at the seq of the last complete transaction.

@@ -9,6 +9,7 @@ from typing import Iterable, Iterator
 
 from htap.conf import SourceConfig
 from htap.connectors.debezium.envelope import Record, maybe_json, parse_line
+from htap.connectors.debezium.positions import change_position
 from htap.errors import SourceError
 
 # kafka-python logs every failed connection attempt; what matters reaches the user as a SourceError.
@@ -83,6 +84,34 @@ def iter_file_records(path: str) -> Iterator[Record]:
             yield from batch
     finally:
         transport.close()
+
+
+def newest_file_records(path: str, tail_bytes: int = 1 << 20) -> list[Record]:
+    """The complete records in the last `tail_bytes` of the input's last non-empty file (the
+    newest ones: a followed input only grows at its end); every record when none of those is a
+    change event. A last line without its newline that does not parse is still being written."""
+    files = [f for f in FileTransport(path)._list() if f.stat().st_size > 0]
+    if not files:
+        return []
+    with open(files[-1], "rb") as f:
+        start = max(0, f.seek(0, 2) - tail_bytes)
+        f.seek(start)
+        lines = f.read().split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # cut by the chunk's start
+    out: list[Record] = []
+    for n, line in enumerate(lines):
+        try:
+            rec = parse_line(line.decode("utf-8"))
+        except (SourceError, UnicodeDecodeError):
+            if n == len(lines) - 1:
+                break
+            raise
+        if rec is not None:
+            out.append(rec)
+    if start > 0 and all(change_position(r.value) is None for r in out):
+        return list(iter_file_records(path))
+    return out
 
 
 def kafka_consumer(cfg: SourceConfig, topics: list[str], group: bool):

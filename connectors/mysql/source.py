@@ -114,7 +114,7 @@ class MySQLSource(ChangeSource):
 
     # --- operations -----------------------------------------------------------------------------
 
-    def committed_seq(self) -> int:
+    def committed_seq(self, tables: list[tuple[str, str]]) -> int:
         """The binlog's end now: the end of the newest commit event, which is that commit's seq
         (an idle server's heartbeats, every HEARTBEAT_S, carry the stream's position there)."""
         conn = self._conn()
