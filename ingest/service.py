@@ -43,6 +43,7 @@ from htap.ingest.health import (
     ServiceState,
     watch_sources,
 )
+from htap.ingest.stalls import StallWatch
 from htap.ingest.tail import TAIL_PUBLISH_S, Tails
 from htap.observe import COPY_SECONDS
 from htap.replica import keyindex
@@ -323,6 +324,7 @@ class SourceIngest:
         oldest: float | None = None  # commit time of the oldest transaction buffered
         in_flight: Future | None = None  # the checkpoint being written
         published = 0.0  # when the tail was last published
+        watch = StallWatch(self.config.name)  # logs where the time went when the stream falls behind
 
         def publish() -> None:
             """Hand what was applied since the last publish to the in-memory tail (between
@@ -362,7 +364,10 @@ class SourceIngest:
             with self.source.stream(position, tables) as stream:
                 self.state.phase(self.config.name, PHASE_STREAMING, f"streaming {len(tables)} table(s)")
                 while True:
+                    watch.end()
+                    watch.begin()
                     settle(wait=False)
+                    watch.mark("confirm")
                     now = time.monotonic()
                     if not applier.in_txn:
                         if self.stop.is_set():
@@ -371,6 +376,7 @@ class SourceIngest:
                         if in_flight is None and (now >= next_flush or (tail is not None and tail.over_limit())):
                             start()
                             stream.request_progress()
+                            watch.mark("drain")
                         if now >= next_schema_check:
                             next_schema_check = now + SCHEMA_CHECK_S
                             failed = [t for t in self.store.list_tables(self.config.name) if t.state == STATE_FAILED]
@@ -387,6 +393,7 @@ class SourceIngest:
                             followed = {t.id for t in stored if t.state in (STATE_CATCHING_UP, STATE_STREAMING)}
                             for tid in [tid for tid in applier.tables if tid not in followed]:
                                 applier.drop(tid)  # removed (`htap tables remove`) or failed elsewhere
+                        watch.mark("checks")
                     if applier.in_txn:
                         timeout = 1.0
                     elif in_flight is not None:
@@ -396,20 +403,28 @@ class SourceIngest:
                     if tail is not None and not applier.in_txn and applier.safe_seq > tail.visible:
                         if now >= published + TAIL_PUBLISH_S:
                             publish()
+                            watch.mark("publish")
                         timeout = min(timeout, max(0.0, published + TAIL_PUBLISH_S - now))
                     event = stream.poll(timeout)
+                    watch.mark("poll")
                     if event is None:
                         continue
                     action = applier.apply(event)
+                    watch.mark("apply")
                     if action is not None:
                         settle()  # actions change tables: never while one is being written
                         self.perform(applier, action)
-                    if oldest is None and isinstance(event, Commit) and applier.buffered:
-                        oldest = event.commit_time
+                        watch.mark("action")
+                    if isinstance(event, Commit):
+                        watch.arrived(event.seq, event.commit_time)
+                        if oldest is None and applier.buffered:
+                            oldest = event.commit_time
                     if isinstance(event, Commit) and applier.buffered >= self.cfg.flush_max_changes:
                         start()
+                        watch.mark("drain")
                     elif tail is not None and not applier.in_txn and time.monotonic() >= published + TAIL_PUBLISH_S:
                         publish()
+                        watch.mark("publish")
         finally:
             # Never leave a checkpoint being written behind: the next stream starts from the
             # position the store holds once it is.
