@@ -142,7 +142,8 @@ class ReadYourWrites(threading.Thread):
     MODES = ("plain", "read_after", "read_after_tail")
 
     def __init__(self, config: Path, dsn: str, rounds: int, load_ended: threading.Event):
-        """At most `rounds` per mode, and none after `load_ended` (they measure under load)."""
+        """Until `rounds` readAfter+readTail rounds (the others in between), and none after
+        `load_ended` (they measure under load)."""
         super().__init__(name="read-your-writes")
         self.config, self.dsn, self.rounds, self.load_ended = config, dsn, rounds, load_ended
         self.done: dict[str, int] = {m: 0 for m in self.MODES}
@@ -177,9 +178,9 @@ class ReadYourWrites(threading.Thread):
         cur = conn.cursor()
         store = MetadataStore(load_config(self.config).metadata)
         try:
-            for i in range(self.rounds * 2):
-                if self.load_ended.is_set():
-                    break
+            i = -1
+            while self.done["read_after_tail"] < self.rounds and not self.load_ended.is_set():
+                i += 1
                 # plain and readAfter+readTail alternate; readAfter without the tail (a checkpoint's
                 # wait, ~0.4 s) every tenth round, so the rounds fit in the load's duration
                 mode = "read_after" if i % 20 == 19 else self.MODES[0 if i % 2 else 2]
@@ -239,7 +240,7 @@ def main(argv=None) -> int:
                    help="replica.flush_interval_s for this run (default: the config's default, 0.5 s)")
     p.add_argument("--no-tail", action="store_true", help="run the service without its in-memory tail")
     p.add_argument("--rw-rounds", type=int, default=1000,
-                   help="read-your-writes rounds per mode at most, while pgbench runs (0 skips)")
+                   help="readAfter+readTail rounds at most (plain and durable readAfter ones between them), while pgbench runs (0 skips)")
     args = p.parse_args(argv)
     private = args.port is None
     if private:
