@@ -365,9 +365,12 @@ def test_a_stream_killed_with_sigkill_resumes_exactly_once(workspace, spark, tmp
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
     log = open(tmp_path / "stream.log", "ab")
 
+    started: list[subprocess.Popen] = []
+
     def start():
-        return subprocess.Popen([sys.executable, "-c", STREAM, str(ws.config), f"{ws.schema}.{name}", str(sink),
-                                 str(checkpoint)], stdout=log, stderr=log)
+        started.append(subprocess.Popen([sys.executable, "-c", STREAM, str(ws.config), f"{ws.schema}.{name}",
+                                         str(sink), str(checkpoint)], stdout=log, stderr=log))
+        return started[-1]
 
     def committed_batches() -> int:
         folder = sink / "_spark_metadata"
@@ -376,22 +379,26 @@ def test_a_stream_killed_with_sigkill_resumes_exactly_once(workspace, spark, tmp
     def rebuilt() -> dict:
         return rebuild(spark, sink) if committed_batches() else {}
 
-    stream = start()
-    feed.write(12)
-    wait_until(lambda: committed_batches() >= 2 or stream.poll() is not None, None, "two micro-batches in the sink")
-    assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
-    stream.send_signal(signal.SIGKILL)
-    stream.wait()
-    feed.write(6)
-    source = feed.source_rows()
-    stream = start()
-    try:  # (apply() also fails at once on a change applied twice or out of order)
+    try:
+        stream = start()
+        feed.write(12)
+        wait_until(lambda: committed_batches() >= 2 or stream.poll() is not None, None, "two micro-batches in the sink")
+        assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
+        stream.send_signal(signal.SIGKILL)
+        stream.wait()
+        feed.write(6)
+        source = feed.source_rows()
+        stream = start()
+        # (apply() also fails at once on a change applied twice or out of order)
         wait_until(lambda: stream.poll() is not None or rebuilt() == source, None,
                    "the restarted stream's sink to rebuild the source table", interval=0.5)
         assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
-    finally:
-        stream.send_signal(signal.SIGKILL)
-        stream.wait()
+    finally:  # never leave a streaming process behind, whatever failed
+        for process in started:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+        log.close()
     assert rebuilt() == source
 
 
