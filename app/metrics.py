@@ -85,6 +85,8 @@ class HtapCollector(Collector):
                          " in-memory tail (spark.htap.readTail), durable or not", src)
         tail_bytes = _gauge("htap_source_tail_bytes", "Memory the source's in-memory tail holds (service.tail_bytes bounds it)", src)
         tail_pins = _gauge("htap_source_tail_pins", "Queries holding a pin of the source's in-memory tail", src)
+        stream_delay = _gauge("htap_source_stream_delay_seconds", "Seconds from the newest commit the stream received"
+                              " to its arrival there (by the source's clock): the source or decoding falling behind", src)
         tab = ["source", "table"]
         freshness = _gauge("htap_table_freshness_seconds", "Seconds since the table's max safe seq was known current", tab)
         safe_seq = _gauge("htap_table_max_safe_seq", "The table's max safe seq: reads at or below it are exact", tab)
@@ -122,6 +124,9 @@ class HtapCollector(Collector):
                 if health.observed_at is not None:
                     observed.add_metric([name], health.observed_at)
                 recoveries.add_metric([name], float(health.log_recoveries))
+                watch = self.state.watches.get(name)
+                if watch is not None and watch.arrival_delay_s is not None:
+                    stream_delay.add_metric([name], watch.arrival_delay_s)
                 tail = self.state.tails.stores.get(name) if self.state.tails is not None else None
                 if tail is not None:
                     now_tail = tail.status()
@@ -147,7 +152,7 @@ class HtapCollector(Collector):
                     safe_time.add_metric(labels, t.max_safe_time)
                     freshness.add_metric(labels, max(0.0, now - t.max_safe_time))
         yield from (up, phase, lag_s, position, lag_b, retained, warning, wal_status, lost, observed, recoveries,
-                    visible, tail_bytes, tail_pins,
+                    visible, tail_bytes, tail_pins, stream_delay,
                     freshness, safe_seq, safe_time, deltas, partitions, versions, size, state, feeds, feed_seq)
         yield from self._cache()
 

@@ -49,6 +49,7 @@ class ServiceState:
 
     sources: dict[str, SourceHealth] = field(default_factory=dict)
     tails: object = None  # htap.ingest.tail.Tails of the service, when it serves the in-memory tail
+    watches: dict[str, object] = field(default_factory=dict)  # per streaming source, its htap.ingest.stalls.StallWatch
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def phase(self, source: str, phase: str, reason: str) -> None:

@@ -325,6 +325,7 @@ class SourceIngest:
         in_flight: Future | None = None  # the checkpoint being written
         published = 0.0  # when the tail was last published
         watch = StallWatch(self.config.name)  # logs where the time went when the stream falls behind
+        self.state.watches[self.config.name] = watch  # its commits' arrival delay is a metric
 
         def publish() -> None:
             """Hand what was applied since the last publish to the in-memory tail (between

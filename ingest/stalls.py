@@ -30,6 +30,7 @@ class StallWatch:
     every_s: float = 5.0
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
+    arrival_delay_s: float | None = None  # of the newest commit, when it reached the loop (a metric)
     _phases: dict[str, float] = field(default_factory=dict)
     _mark: float = 0.0
     _busiest: tuple[float, dict[str, float]] | None = None  # since the last line
@@ -49,6 +50,7 @@ class StallWatch:
     def arrived(self, seq: int, commit_time: float) -> None:
         """A commit reached the loop (its commit time by the source's clock)."""
         late = self.wall() - commit_time
+        self.arrival_delay_s = late
         if late >= self.late_s and (self._latest is None or late > self._latest[0]):
             self._latest = (late, seq)
 

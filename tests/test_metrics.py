@@ -139,6 +139,7 @@ def test_metrics_and_health_over_http(workspace):
     assert value("htap_source_retained_wal_warning_bytes", **src) == 1 << 30
     assert value("htap_source_up", **src) == 1 and value("htap_source_phase", **src, phase="streaming") == 1
     assert value("htap_source_log_lost", **src) == 0
+    assert value("htap_source_stream_delay_seconds", **src) >= 0  # the updates above reached the stream
     assert before_lsn <= after_lsn
     # Durations of the service's work.
     assert value("htap_checkpoint_seconds_count", **src) >= 1
