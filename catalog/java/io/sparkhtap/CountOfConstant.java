@@ -12,7 +12,6 @@ import org.apache.spark.sql.catalyst.expressions.aggregate.Max;
 import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
-import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.types.DataTypes;
 
 import scala.Function1;
@@ -35,21 +34,8 @@ import scala.runtime.AbstractPartialFunction;
 public final class CountOfConstant extends Rule<LogicalPlan> {
   @Override
   public LogicalPlan apply(LogicalPlan plan) {
-    if (!readsHtap(plan)) return plan;
-    return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
-      @Override
-      public boolean isDefinedAt(LogicalPlan p) {
-        return p instanceof Aggregate;
-      }
-
-      @Override
-      public <A1 extends LogicalPlan, B1> B1 applyOrElse(A1 p, Function1<A1, B1> otherwise) {
-        if (!(p instanceof Aggregate)) return otherwise.apply(p);
-        @SuppressWarnings("unchecked")
-        B1 out = (B1) p.transformExpressions(REWRITE);
-        return out;
-      }
-    });
+    if (!PlanRules.readsHtap(plan)) return plan;
+    return PlanRules.transformUp(plan, Aggregate.class, a -> a.transformExpressions(REWRITE));
   }
 
   private static final AbstractPartialFunction<Expression, Expression> REWRITE =
@@ -100,12 +86,5 @@ public final class CountOfConstant extends Rule<LogicalPlan> {
     if (args.size() != 1 || !(args.get(0) instanceof Literal)) return null;
     Literal value = (Literal) args.get(0);
     return a.isDistinct() || value.value() == null ? value : null;
-  }
-
-  static boolean readsHtap(LogicalPlan plan) {
-    for (LogicalPlan leaf : CollectionConverters.asJava(plan.collectLeaves())) {
-      if (leaf instanceof DataSourceV2Relation && ((DataSourceV2Relation) leaf).table() instanceof HtapTable) return true;
-    }
-    return false;
   }
 }

@@ -11,9 +11,6 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.catalyst.util.V2ExpressionBuilder;
 
-import scala.Function1;
-import scala.runtime.AbstractPartialFunction;
-
 /**
  * A filter conjunct that Spark's own translation to a data source predicate fails on stays in
  * Spark instead of failing the query. Spark 4.3's V2ExpressionBuilder asserts that both sides of
@@ -29,37 +26,28 @@ import scala.runtime.AbstractPartialFunction;
 public final class UntranslatablePredicates extends Rule<LogicalPlan> {
   @Override
   public LogicalPlan apply(LogicalPlan plan) {
-    if (!CountOfConstant.readsHtap(plan)) return plan;
-    return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
-      @Override
-      public boolean isDefinedAt(LogicalPlan p) {
-        return p instanceof Filter;
-      }
+    if (!PlanRules.readsHtap(plan)) return plan;
+    return PlanRules.transformUp(plan, Filter.class, UntranslatablePredicates::guarded);
+  }
 
-      @Override
-      public <A1 extends LogicalPlan, B1> B1 applyOrElse(A1 p, Function1<A1, B1> otherwise) {
-        if (!(p instanceof Filter)) return otherwise.apply(p);
-        Filter filter = (Filter) p;
-        List<Expression> conjuncts = new ArrayList<>();
-        boolean changed = false;
-        for (Expression c : scala.jdk.javaapi.CollectionConverters.asJava(splitConjunctivePredicates(filter.condition()))) {
-          if (translationFails(c)) {
-            conjuncts.add(new KnownNullable(c));
-            changed = true;
-          } else {
-            conjuncts.add(c);
-          }
-        }
-        if (!changed) return otherwise.apply(p);
-        Expression condition = conjuncts.get(0);
-        for (int i = 1; i < conjuncts.size(); i++) {
-          condition = new And(condition, conjuncts.get(i));
-        }
-        @SuppressWarnings("unchecked")
-        B1 out = (B1) new Filter(condition, filter.child());
-        return out;
+  /** The filter with each conjunct Spark's translation fails on wrapped, or null if none is. */
+  private static LogicalPlan guarded(Filter filter) {
+    List<Expression> conjuncts = new ArrayList<>();
+    boolean changed = false;
+    for (Expression c : scala.jdk.javaapi.CollectionConverters.asJava(splitConjunctivePredicates(filter.condition()))) {
+      if (translationFails(c)) {
+        conjuncts.add(new KnownNullable(c));
+        changed = true;
+      } else {
+        conjuncts.add(c);
       }
-    });
+    }
+    if (!changed) return null;
+    Expression condition = conjuncts.get(0);
+    for (int i = 1; i < conjuncts.size(); i++) {
+      condition = new And(condition, conjuncts.get(i));
+    }
+    return new Filter(condition, filter.child());
   }
 
   /** Whether Spark's translation of this predicate for a data source throws (an internal error). */
