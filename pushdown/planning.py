@@ -280,8 +280,7 @@ def await_read_after(
     else:
         target = int(opts.read_after)
     start = clock()
-    while True:
-        tables = query_tables(store, source.name, opts.snapshot_tables, own)
+    while True:  # (`tables` read before the position was asked is only more behind: conservative)
         behind = [t for t in tables if t.readable and not t.failover and (t.max_safe_seq or 0) < target]
         waited = clock() - start
         if not behind:
@@ -300,6 +299,7 @@ def await_read_after(
             pin = tail()
         else:
             sleep(0.02)
+        tables = query_tables(store, source.name, opts.snapshot_tables, own)
 
 
 def pin_tail(store: MetadataStore, cfg, source, opts: "ScanOptions", own: list[tuple[str, str]]) -> TailPin | None:
