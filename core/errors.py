@@ -74,6 +74,11 @@ class InternalQueryError(HtapError):
     damage, so it fails the query but leaves the table's health alone."""
 
 
+class QueryValueError(HtapError):
+    """A pushed query raised on a value of the data — an overflow, a division by zero — where
+    Spark's ANSI mode raises over the same rows too: the query's answer, not a bug or damage."""
+
+
 class ShimBuildError(HtapError):
     """The Java catalog shim could not be compiled (no JDK, no pyspark jars)."""
 

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from htap import engine
-from htap.errors import InternalQueryError
+from htap.errors import InternalQueryError, QueryValueError
 from htap.pushdown import partials
 from htap.replica import dv
 from htap.replica.health import damaged, first_damage
@@ -31,7 +31,7 @@ from htap.replica.read_plans import ReadPlan
 from htap.replica.tail import fetch as fetch_tail
 from htap.replica.warehouse import Warehouse, as_warehouse
 from htap.rewrite import render
-from htap.rewrite.dialects import REPLICA
+from htap.rewrite.dialects import DIVIDE_BY_ZERO_MESSAGE, REPLICA
 from htap.rewrite.pushed import Expr, PushedPlan, Scan
 
 BATCH_ROWS = 64 * 1024
@@ -229,14 +229,24 @@ def _run(con, sql: str, output_schema: pa.Schema, plan: PushedPlan, files: dict[
 
 def _failure(error: duckdb.Error, files: dict[str, list[str]]) -> Exception:
     """What a failed replica query (or a view binding its files) means: damage only if a file of
-    some table is missing or corrupt; our own query failing on intact files is a bug, not damage."""
+    some table is missing or corrupt; on intact files, an overflow or the ANSI division by zero
+    is the data's (pushed arithmetic raises where Spark's ANSI mode does), anything else is our
+    own query failing: a bug, not damage."""
     for label, table_files in files.items():
         problem = first_damage(table_files)
         if problem:
             return damaged(label, problem)
+    line = str(error).splitlines()[0]
+    if isinstance(error, duckdb.OutOfRangeException) or DIVIDE_BY_ZERO_MESSAGE in line:
+        condition = "DIVIDE_BY_ZERO" if DIVIDE_BY_ZERO_MESSAGE in line else "ARITHMETIC_OVERFLOW"  # Spark's names
+        return QueryValueError(
+            f"[{condition}] the replica query of {', '.join(files)} raised on a value of the data, as Spark's"
+            f" ANSI mode does over the same rows: {line}. Spark's try_ functions (try_add, try_sum, try_divide, ...)"
+            " or a wider type tolerate it"
+        )
     return InternalQueryError(
         f"the replica query of {', '.join(files)} failed on intact files (a spark-htap bug; please report it"
-        f" with this line): {str(error).splitlines()[0]}"
+        f" with this line): {line}"
     )
 
 

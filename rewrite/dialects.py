@@ -55,11 +55,12 @@ BREAK_PUSHDOWN_ENV = "HTAP_TEST_BREAK_PUSHDOWN"
 # (htap.rewrite.render) that each dialect spells as a runtime error (MySQL has none: a plan
 # dividing on MySQL is not pushed).
 DIVIDE_BY_ZERO = "__HTAP_DIVIDE_BY_ZERO"
-_DIVIDE_BY_ZERO_MESSAGE = "[DIVIDE_BY_ZERO] Division by zero (spark-htap, as Spark's ANSI mode)"
+DIVIDE_BY_ZERO_MESSAGE = "[DIVIDE_BY_ZERO] Division by zero (spark-htap, as Spark's ANSI mode)"
 
 
 # A SUM of decimals of more than 28 digits (htap.rewrite.render): Spark adds in unbounded
-# BigDecimal and checks only the final value against its type; DuckDB adds unscaled values in a
+# BigDecimal and checks only the final value against its type (without grouping keys and over
+# windows; a grouped sum's buffer holds 38 digits: docs/divergences.md); DuckDB adds unscaled values in a
 # 128-bit integer, which a running sum of values near the bound leaves on its way (with signs that
 # cancel, the final value fits). The replica adds the values below 10^24 unscaled as usual (fewer
 # than 10^14 rows cannot leave 128 bits) and the rare larger ones exactly: their integer parts in
@@ -94,7 +95,7 @@ class ReplicaDuckDB(DuckDB):
     class Generator(DuckDB.Generator):
         def anonymous_sql(self, expression: exp.Anonymous) -> str:
             if expression.name == DIVIDE_BY_ZERO:
-                return self.func("error", exp.Literal.string(_DIVIDE_BY_ZERO_MESSAGE))
+                return self.func("error", exp.Literal.string(DIVIDE_BY_ZERO_MESSAGE))
             if expression.name == WIDE_SUM:
                 value, scale = expression.expressions
                 return self.sql(exp.paren(_wide_sum(value, int(scale.name)), copy=False))

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from unit_support import HEAVY_PROPERTY, agg, cmp, col, in_, is_null, matches, not_, one_scan, op, or_, sortable, value
 
 from htap import engine
-from htap.errors import DamagedReplicaError, InternalQueryError, ReplicaError
+from htap.errors import DamagedReplicaError, InternalQueryError, QueryValueError, ReplicaError
 from htap.pushdown.replica_reader import (
     JoinedTableRead,
     key_conjuncts,
@@ -35,9 +35,9 @@ from htap.pushdown.replica_reader import (
 )
 from htap.replica.merge import evolved, latest_versions_sql, parquet_source, versioned_source
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
+from htap.replica.read_plans import ReadPlan
 from htap.rewrite import render
 from htap.rewrite.dialects import BREAK_PUSHDOWN_ENV, REPLICA
-from htap.replica.read_plans import ReadPlan
 from htap.rewrite.pushed import Node, PushedPlan, Scan, SortKey
 
 KEY = ["k"]
@@ -464,6 +464,23 @@ def test_our_own_failing_sql_over_intact_files_is_not_damage(tmp_path):
     with pytest.raises(InternalQueryError, match="failed on intact files") as e:
         list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, sp, pa.schema([("k", pa.int64())])))
     assert not isinstance(e.value, ReplicaError)
+
+
+def test_pushed_arithmetic_that_overflows_on_the_data_is_the_query_s_error_not_a_bug(tmp_path):
+    # Pushed integer arithmetic raises on overflow as Spark's ANSI mode does: the data's answer
+    # (QueryValueError, named as Spark names it), neither damage nor "a spark-htap bug".
+    pq.write_table(as_delta([version(1, 2**63 - 1, seq=1)]), tmp_path / "d.parquet")
+    # a + a: DuckDB moves a constant term across the comparison and would not compute a + 1
+    over = op(">", op("+", col("a", "bigint"), col("a", "bigint"), type_="bigint"), value("long", 0, "bigint"))
+    sp = one_scan(["k"], (over,))
+    with pytest.raises(QueryValueError, match=r"^\[ARITHMETIC_OVERFLOW\] .*Overflow in addition of INT64.*try_add"):
+        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, sp, pa.schema([("k", pa.int64())])))
+    divide = op(">", op("DIV", col("c", "double"), op("-", col("c", "double"), col("c", "double"), type_="double"),
+                        type_="double"), value("double", 0.0, "double"))
+    pq.write_table(as_delta([version(1, c=1.5, seq=1)]), tmp_path / "d.parquet")
+    with pytest.raises(QueryValueError, match=r"^\[DIVIDE_BY_ZERO\] "):
+        list(read_replica(tmp_path, "public.t", SCHEMA, KEY, ["d.parquet"], 5, one_scan(["k"], (divide,)),
+                          pa.schema([("k", pa.int64())])))
 
 
 def test_read_replica_refuses_a_result_of_the_wrong_width(tmp_path):
