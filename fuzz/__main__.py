@@ -46,6 +46,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for every side (repeatable), e.g. spark.sql.adaptive.enabled=false")
     p.add_argument("--full-errors", action="store_true", help="with --sql: print each error's whole text (stacks)")
+    p.add_argument("--partition-rows", type=int,
+                   help="the replica's target rows per partition (e.g. 40: tables in several partitions, so that with"
+                        " --conf spark.htap.splitSubtrees=true pushed work runs split by them)")
     return p.parse_args(argv)
 
 
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         conn = source.connect(env.dsn)
         source.create(conn, "public", schema)
-        env.replicate(names)
+        env.replicate(names, partition_rows=args.partition_rows)
         changes = source.change(conn, "public", schema, wait=lambda: env.wait_caught_up(names))
         conn.close()
         log(f"fuzz: replica caught up after {changes} change statements in 3 batches "

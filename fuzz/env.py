@@ -6,6 +6,7 @@ package."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -94,10 +95,16 @@ class Environment:
             raise RuntimeError(f"htap {' '.join(args)} failed ({r.returncode}): {r.stderr}{r.stdout}")
         return r.stdout
 
-    def replicate(self, tables: list[str], timeout_s: float = 300) -> None:
+    def replicate(self, tables: list[str], timeout_s: float = 300, partition_rows: int | None = None) -> None:
         """`htap init`, `tables add` for each of `tables` (in schema public), `htap serve`; wait
-        until every table is readable."""
+        until every table is readable. `partition_rows`: the replica's target rows per partition
+        (small: tables of a few hundred rows in several partitions, so work splits by them)."""
         self.htap("init", "--dsn", self.dsn, "--source", SOURCE, "--warehouse", "wh")
+        if partition_rows:
+            text = self.config.read_text()
+            if not re.search(r"(?m)^partition_rows = ", text):
+                raise RuntimeError(f"{self.config} has no partition_rows line to set")
+            self.config.write_text(re.sub(r"(?m)^partition_rows = .*$", f"partition_rows = {partition_rows}", text))
         for t in tables:
             self.htap("tables", "add", f"public.{t}")
         out = open(self.config.parent / "serve.log", "ab")

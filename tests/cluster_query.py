@@ -42,8 +42,10 @@ def serve(spark) -> None:
 
 def main(config: str, catalog: str, queries: list[str]) -> None:
     os.environ["TZ"] = "UTC"
+    # spark.executor.cores: each of local-cluster[2,1,1024]'s executors has one core (unset, the
+    # split rules would guess this machine's cores for one task: io.sparkhtap.JoinedTables.cores)
     conf = {"spark.driver.memory": "512m", "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "2",
-            "spark.ui.showConsoleProgress": "false"}
+            "spark.ui.showConsoleProgress": "false", "spark.executor.cores": "1"}
     if os.environ.get(EXECUTOR_CACHE_ENV):  # the executors' own cache folder (HTAP_CACHE_DIR on them only)
         conf["spark.executorEnv.HTAP_CACHE_DIR"] = os.environ[EXECUTOR_CACHE_ENV]
     spark = spark_session(catalog, config, master="local-cluster[2,1,1024]", **conf)

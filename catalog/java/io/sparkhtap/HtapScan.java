@@ -55,7 +55,7 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
   private volatile boolean planned;
   private volatile HtapScan absorbedBy;
 
-  private final long[] estimate;  // rows, bytes; null when unknown
+  private final long[] estimate;  // rows, bytes[, the table's partitions]; null when unknown
   private final boolean rowsKnown;  // false for a pushed aggregate (fewer rows than the table)
 
   HtapScan(List<String> tableNames, StructType outputSchema, Map<String, String> options, String description,
@@ -83,6 +83,11 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
         return rows;
       }
     };
+  }
+
+  /** The partitions of the one table this scan reads (-1: unknown, or several tables). */
+  long partitions() {
+    return estimate != null && estimate.length > 2 ? estimate[2] : -1;
   }
 
   String leaseOwner() {

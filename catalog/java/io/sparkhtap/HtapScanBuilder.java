@@ -619,7 +619,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     for (StructField f : outputSchema.fields()) read += f.dataType().defaultSize();
     long bytes = all <= 0 ? stats[1] : (long) Math.ceil(stats[1] * Math.min(1.0, Math.max(read, 1) / all));
     if (limit >= 0 && aggregated == null) bytes = Math.min(bytes, Math.max(1, (long) limit * Math.max(1, (long) read)));
-    return new long[] {stats[0], Math.max(bytes, 1)};
+    return new long[] {stats[0], Math.max(bytes, 1), stats.length > 2 ? stats[2] : -1};
   }
 
   /** What this builder pushed, as the plan the Python source reads (htap.rewrite.pushed). */

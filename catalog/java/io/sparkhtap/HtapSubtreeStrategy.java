@@ -17,6 +17,7 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
@@ -92,6 +93,14 @@ public class HtapSubtreeStrategy extends SparkStrategy {
   private Seq<SparkPlan> planned(LogicalPlan plan) {
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
+    if (SplitAggregate.built(target)) return List$.MODULE$.empty();  // Spark merges the split scan's partials
+    Aggregate splittable = SplitAggregate.below(target);
+    if (splittable != null && SplitAggregate.decide(splittable).plan != null) {
+      // The aggregate runs split by partitions and Spark merges it; what is above it stays in
+      // Spark, planned as usual (its children, the aggregate among them, are offered again).
+      if (splittable != target) return List$.MODULE$.empty();
+      return CollectionConverters.asScala(List.<SparkPlan>of(planLater(SplitAggregate.decide(splittable).plan))).toList();
+    }
     Absorbed done = built(target);
     if (done == null) {
       SparkPlan sorted = target instanceof Sort ? sortOfOneTask((Sort) target) : null;
@@ -227,13 +236,29 @@ public class HtapSubtreeStrategy extends SparkStrategy {
       schema = schema.add(PlanTranslator.name(a), a.dataType(), true);
     }
     String pushed = Ir.text(json);
-    HtapScan first = (HtapScan) t.leaves.get(0).scan();
-    String why = PlanCheck.why(first.catalogOptions(), pushed);
+    String why = PlanCheck.why(((HtapScan) t.leaves.get(0).scan()).catalogOptions(), pushed);
     if (why != null) {
       Fallbacks.record("whole-subtree pushdown (plan check)", Integer.toHexString(plan.semanticHash()), pushed,
           new IllegalStateException(why));
       return null;
     }
+    String how = "whole subtree pushed: " + String.join(", ", new LinkedHashSet<>(t.operators)) + " over " + t.leaves.size()
+        + " scans" + (t.leaves.size() != 1 ? "" : complete((HtapScan) t.leaves.get(0).scan())
+            ? " (its aggregate complete in the scan)" : " (one task loses no parallelism)")
+        + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
+        + " query's one snapshot" + SplitAggregate.whyNot(plan);
+    Expression residual = null;
+    for (Expression r : t.residuals) residual = residual == null ? r : new And(residual, r);
+    return new Absorbed(scanOf(t, pushed, output, schema, how), residual);
+  }
+
+  /**
+   * The one scan that reads a translated subtree's pushed plan in place of its leaves, at their
+   * snapshot; {@code how} (what was pushed and how it runs) goes into EXPLAIN's description.
+   */
+  static DataSourceV2ScanRelation scanOf(PlanTranslator t, String pushed, List<AttributeReference> output, StructType schema,
+                                         String how) {
+    HtapScan first = (HtapScan) t.leaves.get(0).scan();
     Map<String, String> options = new HashMap<>(first.catalogOptions());
     options.put("pushed", pushed);
     Set<String> tables = new LinkedHashSet<>();
@@ -244,22 +269,14 @@ public class HtapSubtreeStrategy extends SparkStrategy {
       Statistics st = s.estimateStatistics();
       bytes = bytes < 0 || !st.sizeInBytes().isPresent() ? -1 : bytes + st.sizeInBytes().getAsLong();
     }
-    String description = "HtapScan " + String.join(", ", tables) + " [whole subtree pushed: "
-        + String.join(", ", new LinkedHashSet<>(t.operators)) + " over " + t.leaves.size()
-        + " scans" + (t.leaves.size() != 1 ? "" : complete((HtapScan) t.leaves.get(0).scan())
-            ? " (its aggregate complete in the scan)" : " (one task loses no parallelism)")
-        + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
-        + " query's one snapshot, and Spark cannot split a tree of joins, subqueries and aggregates by"
-        + " partitions] pushed=" + pushed;
+    String description = "HtapScan " + String.join(", ", tables) + " [" + how + "] pushed=" + pushed;
     HtapScan scan = new HtapScan(new ArrayList<>(tables), schema, options, description,
         bytes < 0 ? null : new long[] {-1, Math.max(bytes, 1)}, false);
     if (first.snapshotToken() != null) scan.setSnapshot(first.snapshotToken(), first.snapshotTables());
     for (DataSourceV2ScanRelation r : t.leaves) ((HtapScan) r.scan()).absorbedBy(scan);
-    Expression residual = null;
-    for (Expression r : t.residuals) residual = residual == null ? r : new And(residual, r);
-    return new Absorbed(new DataSourceV2ScanRelation(t.leaves.get(0).relation(), scan,
+    return new DataSourceV2ScanRelation(t.leaves.get(0).relation(), scan,
         CollectionConverters.asScala(output).toList(), DataSourceV2ScanRelation.$lessinit$greater$default$4(),
         DataSourceV2ScanRelation.$lessinit$greater$default$5(), DataSourceV2ScanRelation.$lessinit$greater$default$6(),
-        DataSourceV2ScanRelation.$lessinit$greater$default$7()), residual);
+        DataSourceV2ScanRelation.$lessinit$greater$default$7());
   }
 }

@@ -191,20 +191,33 @@ final class JoinedTables {
     String shape = leaves.get(largest).name + " (largest, about " + largestBytes + " bytes); every other table is below"
         + " spark.sql.autoBroadcastJoinThreshold=" + threshold + " and read whole in every task";
     if (mode.equals("true")) return new Object[] {largest, "split by the partitions of " + shape + " (" + SPLIT_CONF + "=true)"};
+    StringBuilder costs = new StringBuilder();
+    if (splitPays(largestBytes, leaves.get(largest).name, others, parts, costs)) {
+      return new Object[] {largest, "split by the partitions of " + shape + "; " + costs};
+    }
+    return new Object[] {-1, "one task (DuckDB on all of the task's threads): splitting by the partitions of "
+        + leaves.get(largest).name + " would read the other tables in every task and buy no parallelism one task lacks; "
+        + costs};
+  }
+
+  /**
+   * The split cost rule ({@link #split}): whether P tasks, each reading one of the largest
+   * table's partitions (L bytes in all) and every other table whole (S bytes), beat one task
+   * over all of it — (L + P*S) / min(C, P) < (L + S) / E with C task slots and E cores for one
+   * task. {@code why} gets the figures, for EXPLAIN. Shared by joined scans and split subtrees.
+   */
+  static boolean splitPays(long largestBytes, String largestName, long others, long parts, StringBuilder why) {
     int[] cores = cores();
     int slots = cores[0];
     int perTask = cores[1];
     long p = parts > 0 ? parts : 1;
     double split = (largestBytes + (double) p * others) / Math.max(1, Math.min(slots, p));
     double one = (largestBytes + (double) others) / Math.max(1, perTask);
-    String costs = String.format(java.util.Locale.ROOT,
+    why.append(String.format(java.util.Locale.ROOT,
         "%d task slots, %d cores for one task, %d partitions: (L + P*S) / min(slots, P) = %.0f against (L + S) / cores = %.0f"
             + " (L = %d bytes of %s, S = %d bytes of the others)",
-        slots, perTask, p, split, one, largestBytes, leaves.get(largest).name, others);
-    if (split < one) return new Object[] {largest, "split by the partitions of " + shape + "; " + costs};
-    return new Object[] {-1, "one task (DuckDB on all of the task's threads): splitting by the partitions of "
-        + leaves.get(largest).name + " would read the other tables in every task and buy no parallelism one task lacks; "
-        + costs};
+        slots, perTask, p, split, one, largestBytes, largestName, others));
+    return split < one;
   }
 
   /** Spark conf for a single table's scan with a pushed aggregate, top-N or limit: "auto"
@@ -242,7 +255,7 @@ final class JoinedTables {
   }
 
   /** A split conf's value, lower-cased; a {@link Fallbacks.BadSetting} naming the choices if bad. */
-  private static String mode(String conf, String meaning) {
+  static String mode(String conf, String meaning) {
     String mode = SQLConf.get().getConfString(conf, "auto").trim().toLowerCase(java.util.Locale.ROOT);
     if (!mode.equals("auto") && !mode.equals("true") && !mode.equals("false")) {
       throw new Fallbacks.BadSetting(conf + " must be auto, true or false, not '" + mode + "' (" + meaning + ")");

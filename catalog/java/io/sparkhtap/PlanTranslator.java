@@ -85,6 +85,9 @@ import scala.runtime.AbstractPartialFunction;
  */
 final class PlanTranslator {
   final List<DataSourceV2ScanRelation> leaves = new ArrayList<>();
+  /** Per leaf: its table's scan index in the plan when the leaf reads one table with nothing
+   *  pushed above the read (filters and columns only), else -1 (what {@link SplitAggregate} may split). */
+  final List<Integer> leafScans = new ArrayList<>();
   private final ArrayNode scans = Ir.MAPPER.createArrayNode();
   private Map<String, String> reference;  // the first leaf's catalog options: every leaf must have them
   private String referenceCatalog;
@@ -478,6 +481,7 @@ final class PlanTranslator {
     List<AttributeReference> output = CollectionConverters.asJava(r.output());
     if (columns.size() != output.size()) return null;
     int offset = scans.size();
+    boolean plain = root.path("node").asText().equals("scan") && plan.get("scans").size() == 1;
     for (JsonNode scan : plan.get("scans")) scans.add(scan);
     shiftScans(root, offset);
     if ("aggregate".equals(root.path("node").asText()) && root.path("partial").asBoolean(false)) {
@@ -505,6 +509,7 @@ final class PlanTranslator {
       exprs.add(Ir.named(name(a), Ir.col(columns.get(i), a.dataType())));
     }
     leaves.add(r);
+    leafScans.add(plain ? offset : -1);
     return n;
   }
 
@@ -592,6 +597,7 @@ final class PlanTranslator {
       // refers to them now (the expression stays in Spark, which reads them itself), so they
       // must neither be read by the plan's query nor count as its scans.
       while (leaves.size() > leavesBefore) leaves.remove(leaves.size() - 1);
+      while (leafScans.size() > leavesBefore) leafScans.remove(leafScans.size() - 1);
       while (scans.size() > scansBefore) scans.remove(scans.size() - 1);
       while (operators.size() > operatorsBefore) operators.remove(operators.size() - 1);
     }
