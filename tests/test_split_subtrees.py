@@ -1,6 +1,6 @@
-"""Issue 30: a pushed subtree's aggregate split by the partitions of its largest table
-(io.sparkhtap.SplitAggregate): one task per partition computes a partial aggregate over its
-partition (every other table read whole in each task), Spark merges them. The answers are
+"""Issue 30: a pushed subtree's aggregate or top-N split by the partitions of its largest table
+(io.sparkhtap.SplitSubtree): one task per partition computes a partial aggregate (or its first n
+rows) over its partition (every other table read whole in each task), Spark merges them. The answers are
 Spark's own (the strategy off) and the one-task plan's, at one snapshot under concurrent writes;
 EXPLAIN says when a subtree runs split and why not otherwise.
 
@@ -101,6 +101,13 @@ def test_split_follows_the_rows_only_through_row_wise_operators(workspace, spark
     assert SPLIT_MARK in physical and f"split by the partitions of {s}.orders" in physical, physical
     physical = _explain(spark, left, "true")  # by orders, the preserved side, not the larger lineitem
     assert SPLIT_MARK in physical and f"split by the partitions of {s}.orders" in physical, physical
+    # (l_linenumber last: every sort key together is unique, so the order is Spark's alone)
+    top = (f"SELECT l_orderkey, l_extendedprice, o_orderdate, l_linenumber FROM {s}.lineitem l JOIN {s}.orders o"
+           f" ON l.l_orderkey = o.o_orderkey WHERE EXISTS (SELECT 1 FROM {s}.customer c WHERE c.c_custkey = o.o_custkey"
+           " AND c.c_acctbal > 0) ORDER BY l_extendedprice DESC, o_orderdate, l_orderkey, l_linenumber LIMIT 7")
+    physical = _explain(spark, top, "true")
+    assert "subtree top-N split" in physical and f"split by the partitions of {s}.lineitem" in physical, physical
+    assert _rows(spark, top, True, **{SPLIT: "true"}) == _rows(spark, top, True, **{WHOLE: "false"})
     physical = _explain(spark, distinct, "true")
     assert SPLIT_MARK not in physical and "not split: a DISTINCT or FILTER aggregate" in physical, physical
     physical = _explain(spark, anti, "auto")  # local mode: one task has every core

@@ -17,7 +17,6 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
-import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
@@ -93,13 +92,13 @@ public class HtapSubtreeStrategy extends SparkStrategy {
   private Seq<SparkPlan> planned(LogicalPlan plan) {
     LogicalPlan target = plan instanceof ReturnAnswer ? ((ReturnAnswer) plan).child() : plan;
     if (target instanceof DataSourceV2ScanRelation || target.children().isEmpty()) return List$.MODULE$.empty();
-    if (SplitAggregate.built(target)) return List$.MODULE$.empty();  // Spark merges the split scan's partials
-    Aggregate splittable = SplitAggregate.below(target);
-    if (splittable != null && SplitAggregate.decide(splittable).plan != null) {
-      // The aggregate runs split by partitions and Spark merges it; what is above it stays in
-      // Spark, planned as usual (its children, the aggregate among them, are offered again).
+    if (SplitSubtree.built(target)) return List$.MODULE$.empty();  // Spark merges what the split scan's tasks return
+    LogicalPlan splittable = SplitSubtree.below(target);
+    if (splittable != null && SplitSubtree.decide(splittable).plan != null) {
+      // The aggregate or top-N runs split by partitions and Spark merges it; what is above it
+      // stays in Spark, planned as usual (its children, the split node among them, are offered again).
       if (splittable != target) return List$.MODULE$.empty();
-      return CollectionConverters.asScala(List.<SparkPlan>of(planLater(SplitAggregate.decide(splittable).plan))).toList();
+      return CollectionConverters.asScala(List.<SparkPlan>of(planLater(SplitSubtree.decide(splittable).plan))).toList();
     }
     Absorbed done = built(target);
     if (done == null) {
@@ -246,7 +245,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
         + " scans" + (t.leaves.size() != 1 ? "" : complete((HtapScan) t.leaves.get(0).scan())
             ? " (its aggregate complete in the scan)" : " (one task loses no parallelism)")
         + (t.residuals.isEmpty() ? "" : "; Spark filters above it: " + t.residuals) + "; one task: the subtree is one query (DuckDB over the replica, or one source statement) at the"
-        + " query's one snapshot" + SplitAggregate.whyNot(plan);
+        + " query's one snapshot" + SplitSubtree.whyNot(plan);
     Expression residual = null;
     for (Expression r : t.residuals) residual = residual == null ? r : new And(residual, r);
     return new Absorbed(scanOf(t, pushed, output, schema, how), residual);

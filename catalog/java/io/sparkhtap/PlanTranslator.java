@@ -86,7 +86,7 @@ import scala.runtime.AbstractPartialFunction;
 final class PlanTranslator {
   final List<DataSourceV2ScanRelation> leaves = new ArrayList<>();
   /** Per leaf: its table's scan index in the plan when the leaf reads one table with nothing
-   *  pushed above the read (filters and columns only), else -1 (what {@link SplitAggregate} may split). */
+   *  pushed above the read (filters and columns only), else -1 (what {@link SplitSubtree} may split). */
   final List<Integer> leafScans = new ArrayList<>();
   private final ArrayNode scans = Ir.MAPPER.createArrayNode();
   private Map<String, String> reference;  // the first leaf's catalog options: every leaf must have them

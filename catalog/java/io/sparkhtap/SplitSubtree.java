@@ -39,7 +39,6 @@ import org.apache.spark.sql.catalyst.plans.logical.LocalLimit;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.Sort;
-import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -49,18 +48,21 @@ import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A pushed subtree's aggregate split across the cluster (issue 30): one task per partition of
- * the subtree's largest table computes the aggregate over that partition's rows — every other
- * table read whole in each task, as a broadcast — and Spark merges the partial results as it
- * merges its own: SUM and COUNT as sums of the partial values, MIN and MAX of them, AVG from a
- * partial SUM and COUNT through Spark's own Average evaluation. Every task reads at the query's
- * one snapshot (the scan's seq and leases), so the merged answer is the one-task answer.
+ * A pushed subtree split across the cluster (issue 30): one task per partition of the subtree's
+ * largest table, every other table read whole in each task (as a broadcast), Spark merging what
+ * the tasks return. Two shapes: an aggregate — each task returns a partial aggregate, merged as
+ * Spark merges its own (SUM and COUNT as sums of the partial values, MIN and MAX of them, AVG from
+ * a partial SUM and COUNT through Spark's own Average evaluation) — and an ORDER BY ... LIMIT n
+ * (a top-N) — each task returns its n first rows, Spark sorts and limits them again. Every task
+ * reads at the query's one snapshot (the scan's seq and leases), so the answer is the one-task
+ * answer.
  *
  * <p>Exact because each row of the split table reaches exactly one task and no operator between
- * it and the aggregate looks at other rows of it: the table must be on the preserved side of every
- * join above it (inner, the left of LEFT / semi / anti / EXISTS joins, the right of RIGHT joins)
- * and under no limit, window, union or inner aggregate. A decimal SUM's partial value may exceed
- * the SUM's type; the reader then hands it over as several rows that fit (htap.pushdown.partials).
+ * it and the split node looks at other rows of it: the table must be on the preserved side of
+ * every join above it (inner, the left of LEFT / semi / anti / EXISTS joins, the right of RIGHT
+ * joins) and under no limit, window, union or inner aggregate. A decimal SUM's partial value may
+ * exceed the SUM's type; the reader then hands it over as several rows that fit
+ * (htap.pushdown.partials).
  *
  * <p>When: the cluster has task slots one task's cores lack ({@link JoinedTables#splitPays}, the
  * joined scans' cost rule), every other table is below spark.sql.autoBroadcastJoinThreshold, and
@@ -68,10 +70,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * (that rule), true (whenever the shape allows), false (never). Otherwise the subtree runs in one
  * task, as before, and EXPLAIN says why it was not split.
  */
-final class SplitAggregate {
+final class SplitSubtree {
   static final String CONF = "spark.htap.splitSubtrees";
 
-  /** What was decided for an aggregate: the plan that replaces it (null: not split), and why. */
+  /** What was decided for an aggregate or top-N: the plan that replaces it (null: not split), and why. */
   static final class Decision {
     final LogicalPlan plan;
     final String why;
@@ -83,57 +85,106 @@ final class SplitAggregate {
   }
 
   private static final Map<LogicalPlan, Decision> DECIDED = Collections.synchronizedMap(new WeakHashMap<>());
-  /** The merging aggregates built here: planned by Spark as they are, never split or absorbed again. */
+  /** The plans built here (a merging aggregate, or a sort and limit over a split scan): planned by
+   *  Spark as they are, never split or absorbed again. */
   private static final Set<LogicalPlan> BUILT = Collections.synchronizedSet(Collections.newSetFromMap(new WeakHashMap<>()));
 
-  private SplitAggregate() {}
+  private SplitSubtree() {}
 
   static boolean built(LogicalPlan p) {
     return BUILT.contains(p);
   }
 
-  /** The aggregate at {@code p} or under its chain of sorts, limits, projections and filters (null: none). */
-  static Aggregate below(LogicalPlan p) {
+  /**
+   * The node a split would replace at {@code p} or under its chain of sorts, limits, projections
+   * and filters: the aggregate at the chain's end, else the chain's first top-N (null: neither).
+   */
+  static LogicalPlan below(LogicalPlan p) {
+    LogicalPlan topN = null;
     while (p instanceof Sort || p instanceof GlobalLimit || p instanceof LocalLimit || p instanceof Project || p instanceof Filter) {
+      if (topN == null && topNSort(p) != null) topN = p;
       p = p.children().head();
     }
-    return p instanceof Aggregate && HtapSnapshotStrategy.hasHtapScan(p) ? (Aggregate) p : null;
+    LogicalPlan found = p instanceof Aggregate ? p : topN;
+    return found != null && HtapSnapshotStrategy.hasHtapScan(found) ? found : null;
   }
 
-  /** The decision for {@code a}, made once per plan (EXPLAIN and AQE plan it again). */
-  static Decision decide(Aggregate a) {
-    Decision d = DECIDED.get(a);
+  /** {@code p}'s Sort when {@code p} is ORDER BY ... LIMIT n (GlobalLimit, LocalLimit, global Sort), else null. */
+  private static Sort topNSort(LogicalPlan p) {
+    if (!(p instanceof GlobalLimit) || !(((GlobalLimit) p).child() instanceof LocalLimit)) return null;
+    LogicalPlan below = ((LocalLimit) ((GlobalLimit) p).child()).child();
+    return below instanceof Sort && ((Sort) below).global() ? (Sort) below : null;
+  }
+
+  /** The decision for {@code p} (from {@link #below}), made once per plan (EXPLAIN and AQE plan it again). */
+  static Decision decide(LogicalPlan p) {
+    Decision d = DECIDED.get(p);
     if (d == null) {
       try {
-        d = attempt(a);
+        d = p instanceof Aggregate ? splitAggregate((Aggregate) p) : splitTopN((GlobalLimit) p, topNSort(p));
       } catch (Throwable t) {  // a bad setting is rethrown: the user must see it
-        Fallbacks.record("split subtree aggregate", Integer.toHexString(a.semanticHash()), a, t);
+        Fallbacks.record("split subtree", Integer.toHexString(p.semanticHash()), p, t);
         d = new Decision(null, "an error while splitting (logged)");
       }
-      DECIDED.put(a, d);
+      DECIDED.put(p, d);
     }
     return d;
   }
 
-  /** For EXPLAIN of a one-task subtree: why its aggregate was not split ("" when it has none). */
+  /** For EXPLAIN of a one-task subtree: why its aggregate or top-N was not split ("" when it has none). */
   static String whyNot(LogicalPlan plan) {
-    Aggregate a = below(plan);
-    Decision d = a == null ? null : DECIDED.get(a);
+    LogicalPlan p = below(plan);
+    Decision d = p == null ? null : DECIDED.get(p);
     return d == null || d.plan != null ? "" : "; not split: " + d.why;
+  }
+
+  /** The split conf's value, or why the cluster alone rules the split out (local mode: one task has every core). */
+  private static String[] mode() {
+    String mode = JoinedTables.mode(CONF,
+        "auto: split a pushed subtree's aggregate or top-N by the partitions of its largest table when the cluster's task"
+            + " slots make it pay");
+    if (mode.equals("false")) return new String[] {mode, CONF + "=false"};
+    int[] cores = JoinedTables.cores();
+    if (mode.equals("auto") && cores[0] <= cores[1]) {  // the cost rule's answer whatever the sizes
+      return new String[] {mode, "splitting buys no parallelism one task lacks: " + cores[0] + " task slots, " + cores[1]
+          + " cores for one task"};
+    }
+    return new String[] {mode, null};
+  }
+
+  /**
+   * ORDER BY ... LIMIT n over a subtree: each task returns the first n rows of its partition's
+   * part (the pushed plan's limit node), and Spark's own sort and limit above the scan pick the
+   * first n of them.
+   */
+  private static Decision splitTopN(GlobalLimit g, Sort sort) {
+    String[] mode = mode();
+    if (mode[1] != null) return no(mode[1]);
+    PlanTranslator t = new PlanTranslator();
+    ObjectNode json = t.translate(g);
+    if (json == null || t.leaves.isEmpty() || !t.residuals.isEmpty()) return no("the subtree is not pushed whole");
+    ObjectNode root = (ObjectNode) json.get("root");
+    if (!root.path("node").asText().equals("limit") || root.path("offset").asInt(0) != 0) return no("not a plain top-N");
+    Split split = Split.choose(t, root.get("child"), mode[0]);
+    if (split.scan < 0) return no(split.why);
+    json.put("split", split.scan);
+    LogicalPlan scan = split.scanOf(t, json, sort.child().output(), "subtree top-N split: each task's first "
+        + root.get("limit").asInt() + " rows, sorted and limited again by Spark");
+    if (scan == null) return no("the plan check refused the split plan");
+    LogicalPlan plan = g.withNewChildren(CollectionConverters.asScala(List.<LogicalPlan>of(g.child().withNewChildren(
+        CollectionConverters.asScala(List.<LogicalPlan>of(sort.withNewChildren(
+            CollectionConverters.asScala(List.of(scan)).toList()))).toList()))).toList());
+    BUILT.add(plan);
+    return new Decision(plan, split.why);
   }
 
   private static Decision no(String why) {
     return new Decision(null, why);
   }
 
-  private static Decision attempt(Aggregate a) {
-    String mode = JoinedTables.mode(CONF,
-        "auto: split a pushed subtree's aggregate by the partitions of its largest table when the cluster's task slots make it pay");
-    if (mode.equals("false")) return no(CONF + "=false");
-    int[] cores = JoinedTables.cores();
-    if (mode.equals("auto") && cores[0] <= cores[1]) {  // the cost rule's answer whatever the sizes (local mode)
-      return no("splitting buys no parallelism one task lacks: " + cores[0] + " task slots, " + cores[1] + " cores for one task");
-    }
+  private static Decision splitAggregate(Aggregate a) {
+    String[] mode = mode();
+    if (mode[1] != null) return no(mode[1]);
     List<AggregateExpression> found = new ArrayList<>();
     for (NamedExpression ne : CollectionConverters.asJava(a.aggregateExpressions())) aggregatesIn((Expression) ne, found);
     Partials partials = new Partials();
@@ -168,71 +219,101 @@ final class SplitAggregate {
     ObjectNode json = t.translate(partial);
     if (json == null || t.leaves.isEmpty() || !t.residuals.isEmpty()) return no("the subtree is not pushed whole");
     ObjectNode root = (ObjectNode) json.get("root");
-    Set<Integer> rowwise = new HashSet<>();
-    preserved(root.get("child"), rowwise);
-    long threshold = SQLConf.get().autoBroadcastJoinThreshold();
-    int best = -1;
-    long bestBytes = -1;
-    long total = 0;
-    long[] bytes = new long[t.leaves.size()];
-    for (int i = 0; i < t.leaves.size(); i++) {
-      HtapScan s = (HtapScan) t.leaves.get(i).scan();
-      bytes[i] = s.estimateStatistics().sizeInBytes().orElse(-1);
-      if (bytes[i] < 0) return no(String.join(", ", s.tableNames()) + " has no size statistics");
-      total += bytes[i];
-      int k = t.leafScans.get(i);
-      if (k >= 0 && rowwise.contains(k) && bytes[i] > bestBytes) {
-        best = i;
-        bestBytes = bytes[i];
-      }
-    }
-    if (best < 0) {
-      return no("no table can be split: each is on the null-supplying side of an outer join, under a limit, window,"
-          + " union or inner aggregate, or read with more than its filters pushed into it");
-    }
-    HtapScan largest = (HtapScan) t.leaves.get(best).scan();
-    String name = String.join(", ", largest.tableNames());
-    for (int i = 0; i < t.leaves.size(); i++) {
-      if (i != best && (threshold <= 0 || bytes[i] > threshold)) {
-        return no(String.join(", ", ((HtapScan) t.leaves.get(i).scan()).tableNames()) + " reads about " + bytes[i]
-            + " bytes, above spark.sql.autoBroadcastJoinThreshold=" + threshold + ", too large to read in every task");
-      }
-    }
-    long parts = largest.partitions();
-    if (parts == 1) return no("the largest table, " + name + ", has one partition");
-    String why = "split by the partitions of " + name + " (largest, about " + bestBytes + " bytes; every other table read"
-        + " whole in every task)";
-    if (mode.equals("true")) {
-      why += " (" + CONF + "=true)";
-    } else {
-      StringBuilder costs = new StringBuilder();
-      if (!JoinedTables.splitPays(bestBytes, name, total - bestBytes, parts, costs)) {
-        return no("splitting by the partitions of " + name + " buys no parallelism one task lacks; " + costs);
-      }
-      why += "; " + costs;
-    }
-    json.put("split", t.leafScans.get(best));
+    Split split = Split.choose(t, root.get("child"), mode[0]);
+    if (split.scan < 0) return no(split.why);
+    json.put("split", split.scan);
     root.put("partial", true);
-    String pushed = Ir.text(json);
-    String problem = PlanCheck.why(largest.catalogOptions(), pushed);
-    if (problem != null) {
-      Fallbacks.record("split subtree aggregate (plan check)", Integer.toHexString(a.semanticHash()), pushed,
-          new IllegalStateException(problem));
-      return no("the plan check refused the split plan");
-    }
-    List<AttributeReference> output = new ArrayList<>();
-    StructType schema = new StructType();
-    for (Attribute attr : CollectionConverters.asJava(partial.output())) {
-      output.add((AttributeReference) attr);
-      schema = schema.add(PlanTranslator.name(attr), attr.dataType(), true);
-    }
-    String how = "subtree aggregate split: " + String.join(", ", new java.util.LinkedHashSet<>(t.operators)) + " over "
-        + t.leaves.size() + " scans, a partial aggregate per task, merged by Spark; " + why;
-    DataSourceV2ScanRelation scan = HtapSubtreeStrategy.scanOf(t, pushed, output, schema, how);
+    LogicalPlan scan = split.scanOf(t, json, partial.output(), "subtree aggregate split: a partial aggregate per task, merged by Spark");
+    if (scan == null) return no("the plan check refused the split plan");
     Aggregate merging = new Aggregate(CollectionConverters.asScala(new ArrayList<Expression>(keys)).toList(),
         CollectionConverters.asScala(merged).toList(), scan, Aggregate.apply$default$4());
     BUILT.add(merging);
-    return new Decision(merging, why);
+    return new Decision(merging, split.why);
+  }
+
+  /** Which scan's partitions become the tasks (-1: none), and why. */
+  private static final class Split {
+    final int scan;
+    final String why;
+    final HtapScan largest;
+
+    private Split(int scan, String why, HtapScan largest) {
+      this.scan = scan;
+      this.why = why;
+      this.largest = largest;
+    }
+
+    private static Split none(String why) {
+      return new Split(-1, why, null);
+    }
+
+    /**
+     * The largest table whose rows reach {@code top} (the split node's input) through row-wise
+     * operators alone, if every other table is small enough to read in every task and (mode
+     * "auto") the cost rule says the cluster's task slots pay for it.
+     */
+    static Split choose(PlanTranslator t, JsonNode top, String mode) {
+      Set<Integer> rowwise = new HashSet<>();
+      preserved(top, rowwise);
+      long threshold = SQLConf.get().autoBroadcastJoinThreshold();
+      int best = -1;
+      long bestBytes = -1;
+      long total = 0;
+      long[] bytes = new long[t.leaves.size()];
+      for (int i = 0; i < t.leaves.size(); i++) {
+        HtapScan s = (HtapScan) t.leaves.get(i).scan();
+        bytes[i] = s.estimateStatistics().sizeInBytes().orElse(-1);
+        if (bytes[i] < 0) return none(String.join(", ", s.tableNames()) + " has no size statistics");
+        total += bytes[i];
+        int k = t.leafScans.get(i);
+        if (k >= 0 && rowwise.contains(k) && bytes[i] > bestBytes) {
+          best = i;
+          bestBytes = bytes[i];
+        }
+      }
+      if (best < 0) {
+        return none("no table can be split: each is on the null-supplying side of an outer join, under a limit, window,"
+            + " union or inner aggregate, or read with more than its filters pushed into it");
+      }
+      HtapScan largest = (HtapScan) t.leaves.get(best).scan();
+      String name = String.join(", ", largest.tableNames());
+      for (int i = 0; i < t.leaves.size(); i++) {
+        if (i != best && (threshold <= 0 || bytes[i] > threshold)) {
+          return none(String.join(", ", ((HtapScan) t.leaves.get(i).scan()).tableNames()) + " reads about " + bytes[i]
+              + " bytes, above spark.sql.autoBroadcastJoinThreshold=" + threshold + ", too large to read in every task");
+        }
+      }
+      long parts = largest.partitions();
+      if (parts == 1) return none("the largest table, " + name + ", has one partition");
+      String why = "split by the partitions of " + name + " (largest, about " + bestBytes + " bytes; every other table"
+          + " read whole in every task)";
+      if (mode.equals("true")) return new Split(t.leafScans.get(best), why + " (" + CONF + "=true)", largest);
+      StringBuilder costs = new StringBuilder();
+      if (!JoinedTables.splitPays(bestBytes, name, total - bestBytes, parts, costs)) {
+        return none("splitting by the partitions of " + name + " buys no parallelism one task lacks; " + costs);
+      }
+      return new Split(t.leafScans.get(best), why + "; " + costs, largest);
+    }
+
+    /** The split scan of {@code json} with {@code output} as its columns, or null if the plan check refuses it. */
+    LogicalPlan scanOf(PlanTranslator t, ObjectNode json, scala.collection.immutable.Seq<Attribute> output, String what) {
+      String pushed = Ir.text(json);
+      String problem = PlanCheck.why(largest.catalogOptions(), pushed);
+      if (problem != null) {
+        Fallbacks.record("split subtree (plan check)", Integer.toHexString(pushed.hashCode()), pushed,
+            new IllegalStateException(problem));
+        return null;
+      }
+      List<AttributeReference> columns = new ArrayList<>();
+      StructType schema = new StructType();
+      for (Attribute attr : CollectionConverters.asJava(output)) {
+        columns.add((AttributeReference) attr);
+        schema = schema.add(PlanTranslator.name(attr), attr.dataType(), true);
+      }
+      String how = what + "; " + String.join(", ", new java.util.LinkedHashSet<>(t.operators)) + " over " + t.leaves.size()
+          + " scans; " + why;
+      return HtapSubtreeStrategy.scanOf(t, pushed, columns, schema, how);
+    }
   }
 
   /** Each function's partial columns and the expression that merges them. */
