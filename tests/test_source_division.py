@@ -88,3 +88,28 @@ def test_ties_round_away_from_zero_on_both_sources(pg, mysql, values, expected):
         for form in QUERIES:
             got = average(conn, dialect, decimals, 15, 2, form)
             assert got == (None if expected is None else Decimal(expected)), (dialect, form)
+
+
+def test_an_ansi_decimal_division_keeps_its_type_on_postgres(pg):
+    """Spark's ANSI `/` of decimals raises for a zero divisor: a CASE whose raising branch
+    Postgres spells as a DOUBLE division. That branch once made the whole CASE a DOUBLE there,
+    and every quotient came back rounded to 17 digits (-6.66666666666666700 for -20 / 3.0;
+    fuzz seed 32 query 344). The quotient is Spark's to the last digit; a zero divisor raises."""
+    plan = PushedPlan.from_dict({"ir": 2, "scans": [{"table": "s.d", "columns": ["a", "b"]}], "root": {
+        "node": "project", "child": {"node": "scan", "scan": 0, "output": ["a", "b"]}, "exprs": [{"name": "q", "expr": {
+            "op": "DIV", "type": "decimal(38,17)", "args": [
+                {"op": "cast", "type": "decimal(20,0)", "args": [{"col": "a", "type": "bigint"}]},
+                {"col": "b", "type": "decimal(18,1)"}]}}]}})
+    sql = dialects.for_source(render.render_plan(plan, [render.scan_select(plan.scans[0], exp.to_table("htap_div"))]),
+                              "postgres").sql("postgres")
+    with pg.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS htap_div")
+        cur.execute("CREATE TABLE htap_div (a bigint, b numeric(18,1))")
+        cur.execute("INSERT INTO htap_div VALUES (-20, 3.0), (1, 7.0), (7, -0.3)")
+        cur.execute(sql)
+        assert [r[0] for r in cur.fetchall()] == [
+            Decimal("-6.66666666666666667"), Decimal("0.14285714285714286"), Decimal("-23.33333333333333333")]
+        cur.execute("INSERT INTO htap_div VALUES (5, 0.0)")
+        with pytest.raises(Exception, match="division by zero"):
+            cur.execute(sql)
+        cur.execute("DROP TABLE htap_div")
