@@ -1,8 +1,8 @@
 """Issue 30: a pushed subtree's aggregate or top-N split by the partitions of its largest table
 (io.sparkhtap.SplitSubtree): one task per partition computes a partial aggregate (or its first n
-rows) over its partition (every other table read whole in each task), Spark merges them. The answers are
-Spark's own (the strategy off) and the one-task plan's, at one snapshot under concurrent writes;
-EXPLAIN says when a subtree runs split and why not otherwise.
+rows) over its partition, every other table read whole in each task, and Spark merges them. The
+answers are Spark's own (the strategy off) and the one-task plan's, at one snapshot under
+concurrent writes; EXPLAIN says when a subtree runs split and why not otherwise.
 
 The shared session runs Spark in local mode, where one task always has every core (the cost
 rule never splits: `auto`); the tests force the split (`spark.htap.splitSubtrees=true`) as a
@@ -15,7 +15,7 @@ import threading
 
 import psycopg2
 import pytest
-from test_spark_subtree_pushdown import KEY_QUERIES, keys, tpch_queries  # noqa: F401 - keys: the fixture
+from test_spark_subtree_pushdown import KEY_QUERIES, keys, tpch, tpch_queries  # noqa: F401 - keys, tpch: fixtures
 
 from conftest import normalized, tune
 from services import pg_dsn
@@ -45,28 +45,24 @@ def _explain(spark, query: str, split: str) -> str:
 
 
 @pytest.fixture
-def tpch(workspace):
-    """The suite's small TPC-H, lineitem and orders in several partitions each."""
-    from test_verify_replay import TABLES, TPCH
-
-    ws = workspace
-    tune(ws, partition_rows=400)
-    with ws.pg.cursor() as cur:
-        cur.execute(TPCH.format(s=ws.schema))
-    for t in TABLES:
-        ws.htap("tables", "add", f"{ws.schema}.{t}")
-    ws.start_service()
-    for t in TABLES:
-        ws.wait_readable(t)
-    assert len(ws.table("lineitem").layout.ids) > 2 and len(ws.table("orders").layout.ids) > 1
-    return ws.schema
+def partitions(workspace):
+    """Partitions of 400 rows for the tables a later fixture adds (listed before it): the suite's
+    small TPC-H gets lineitem and orders in several partitions each."""
+    tune(workspace, partition_rows=400)
 
 
-def test_split_tpch_aggregates_answer_as_spark_and_as_one_task(workspace, spark, catalog, tpch):
+@pytest.fixture
+def small_partitions(workspace):
+    """Partitions of 16 rows for the tables a later fixture adds (listed before it)."""
+    tune(workspace, partition_rows=16)
+
+
+def test_split_tpch_aggregates_answer_as_spark_and_as_one_task(workspace, partitions, spark, catalog, tpch):
     """Every TPC-H query, its subtree's aggregate split where the shape allows: the rows plain
     Spark gives (the strategy off) and the one-task plan gives. Q3, Q5 and Q10 (joins under an
     aggregate, under ORDER BY ... LIMIT) run split by lineitem's partitions; Spark's sort and limit
     stay above the merge."""
+    assert len(workspace.table("lineitem").layout.ids) > 2 and len(workspace.table("orders").layout.ids) > 1
     split = []
     for n, (q, ordered) in sorted(tpch_queries(catalog, tpch).items()):
         physical = _explain(spark, q, "true")
@@ -81,7 +77,7 @@ def test_split_tpch_aggregates_answer_as_spark_and_as_one_task(workspace, spark,
     print(f"TPC-H queries whose subtree aggregate ran split: {split}")
 
 
-def test_split_follows_the_rows_only_through_row_wise_operators(workspace, spark, catalog, tpch):
+def test_split_follows_the_rows_only_through_row_wise_operators(workspace, partitions, spark, catalog, tpch):
     """The split table must reach the aggregate through projections, filters and the preserved
     side of joins: an anti join splits by its left side (each left row meets the whole right);
     a LEFT JOIN never by its null-supplying side; a DISTINCT aggregate not at all. EXPLAIN says
@@ -120,12 +116,6 @@ def test_split_follows_the_rows_only_through_row_wise_operators(workspace, spark
             spark.sql(anti).collect()
     finally:
         spark.conf.unset(SPLIT)
-
-
-@pytest.fixture
-def small_partitions(workspace):
-    """Partitions of 16 rows for the tables a later fixture adds (listed before it)."""
-    tune(workspace, partition_rows=16)
 
 
 def test_split_null_semantics_agree_with_spark(workspace, small_partitions, spark, catalog, keys):

@@ -52,7 +52,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * subqueries it carries (TPC-H Q11: one DSv2-joined scan, and another in its HAVING's subquery);
  * a subtree of one scan is left alone (DSv2 already pushes into it, in parallel) unless that scan
  * is one task anyway and the tree sorts, aggregates or windows it ({@link #oneLeafPays}); the whole
- * tree runs as one task. On by default; {@code
+ * tree runs as one task, unless {@link SplitSubtree} splits its aggregate or top-N by the
+ * partitions of its largest table (when the cluster's task slots pay for it). On by default; {@code
  * spark.htap.wholeQueryPushdown=false} turns it off (each scan is then planned on its own, joins
  * pushed through DSv2 where Spark offers them).
  */

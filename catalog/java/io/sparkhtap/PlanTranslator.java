@@ -755,7 +755,15 @@ final class PlanTranslator {
     AggregateExpression count = new Count(CollectionConverters.asScala(List.of(f.child())).toList())
         .toAggregateExpression(a.isDistinct(), scala.Option.empty());
     if (!sum.dataType().equals(f.sum().dataType()) || !count.dataType().equals(f.count().dataType())) return null;
-    Expression eval = f.evaluateExpression().transformDown(new AbstractPartialFunction<Expression, Expression>() {
+    Expression eval = evaluated(f, sum, count);
+    if (!eval.dataType().equals(f.dataType())) return null;
+    return expr(eval, input, false, true);
+  }
+
+  /** Spark's own evaluation of an AVG (its evaluateExpression) with its sum and count buffers
+   *  replaced by {@code sum} and {@code count}: Spark's value and type from any sum and count. */
+  static Expression evaluated(Average f, Expression sum, Expression count) {
+    return f.evaluateExpression().transformDown(new AbstractPartialFunction<Expression, Expression>() {
       @Override
       public boolean isDefinedAt(Expression x) {
         return x.semanticEquals(f.sum()) || x.semanticEquals(f.count());
@@ -768,8 +776,6 @@ final class PlanTranslator {
         return r;
       }
     });
-    if (!eval.dataType().equals(f.dataType())) return null;
-    return expr(eval, input, false, true);
   }
 
   /**

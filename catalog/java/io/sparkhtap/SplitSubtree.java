@@ -351,19 +351,7 @@ final class SplitSubtree {
         if (!sum.dataType().equals(avg.sum().dataType())) return "an AVG whose sum Spark keeps in another type: " + ae;
         Expression total = sumOf(partial(function(sum), "avg_sum"), avg.sum().dataType(), sum);
         Expression count = countOf(partial(function(new Count(CollectionConverters.asScala(List.of(in)).toList())), "avg_count"));
-        merge = avg.evaluateExpression().transformDown(new scala.runtime.AbstractPartialFunction<Expression, Expression>() {
-          @Override
-          public boolean isDefinedAt(Expression x) {
-            return x.semanticEquals(avg.sum()) || x.semanticEquals(avg.count());
-          }
-
-          @Override
-          public <A1 extends Expression, B1> B1 applyOrElse(A1 x, scala.Function1<A1, B1> fallback) {
-            if (!isDefinedAt(x)) return fallback.apply(x);
-            @SuppressWarnings("unchecked") B1 r = (B1) (x.semanticEquals(avg.sum()) ? total : count);
-            return r;
-          }
-        });
+        merge = PlanTranslator.evaluated(avg, total, count);
       } else {
         return "an aggregate Spark merges in its own way: " + ae;
       }
