@@ -104,6 +104,12 @@ def test_split_follows_the_rows_only_through_row_wise_operators(workspace, parti
     physical = _explain(spark, top, "true")
     assert "subtree top-N split" in physical and f"split by the partitions of {s}.lineitem" in physical, physical
     assert _rows(spark, top, True, **{SPLIT: "true"}) == _rows(spark, top, True, **{WHOLE: "false"})
+    rollup = (f"SELECT o_orderpriority, o_orderstatus, count(*), sum(l_quantity), min(l_discount) FROM {s}.orders o JOIN"
+              f" {s}.lineitem l ON l.l_orderkey = o.o_orderkey WHERE EXISTS (SELECT 1 FROM {s}.customer c WHERE"
+              " c.c_custkey = o.o_custkey) GROUP BY ROLLUP (o_orderpriority, o_orderstatus)")
+    physical = _explain(spark, rollup, "true")  # Spark's Expand: row by row, so the split holds
+    assert SPLIT_MARK in physical and f"split by the partitions of {s}.lineitem" in physical, physical
+    assert _rows(spark, rollup, False, **{SPLIT: "true"}) == _rows(spark, rollup, False, **{WHOLE: "false"})
     physical = _explain(spark, distinct, "true")
     assert SPLIT_MARK not in physical and "not split: a DISTINCT or FILTER aggregate" in physical, physical
     physical = _explain(spark, anti, "auto")  # local mode: one task has every core

@@ -422,7 +422,8 @@ final class SplitSubtree {
 
   /**
    * The scans under {@code node} whose every row reaches the aggregate through row-wise operators
-   * alone (projections, filters, the preserved side of joins): splitting one of them by partitions
+   * alone (projections, filters, the preserved side of joins, the copies of ROLLUP / CUBE /
+   * GROUPING SETS): splitting one of them by partitions
    * splits the aggregate's input rows, each into exactly one task.
    */
   private static void preserved(JsonNode node, Set<Integer> out) {
@@ -432,6 +433,7 @@ final class SplitSubtree {
         return;
       case "project":
       case "filter":
+      case "expand":  // each row's grouping-set copies, made from that row alone
         preserved(node.get("child"), out);
         return;
       case "join": {
