@@ -242,8 +242,9 @@ def _failure(error: duckdb.Error, files: dict[str, list[str]]) -> Exception:
         if problem:
             return damaged(label, problem)
     line = str(error).splitlines()[0]
-    if isinstance(error, duckdb.OutOfRangeException) or DIVIDE_BY_ZERO_MESSAGE in line:
-        condition = "DIVIDE_BY_ZERO" if DIVIDE_BY_ZERO_MESSAGE in line else "ARITHMETIC_OVERFLOW"  # Spark's names
+    by_zero = DIVIDE_BY_ZERO_MESSAGE in line
+    if by_zero or isinstance(error, duckdb.OutOfRangeException):
+        condition = "DIVIDE_BY_ZERO" if by_zero else "ARITHMETIC_OVERFLOW"  # Spark's names
         return QueryValueError(
             f"[{condition}] the replica query of {', '.join(files)} raised on a value of the data, as Spark's"
             f" ANSI mode does over the same rows: {line}. Spark's try_ functions (try_add, try_sum, try_divide, ...)"
