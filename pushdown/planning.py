@@ -468,17 +468,49 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
         ]
     # Every partition of every scan in one task (its aggregate, order and limit final; even
     # with no partition left after pruning: a global aggregate's row), or one task per
-    # partition of the split scan, every other scan read whole in each.
-    if plan.split is None:
-        tasks = [tuple(_table_part(p, p.reads) for p in plans)]
-    else:
-        tasks = [
-            tuple(_table_part(p, (read,) if i == plan.split else p.reads) for i, p in enumerate(plans))
-            for read in plans[plan.split].reads
-        ]
-    return [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, opts.pushed,
+    # partition of the split scan, every other scan read whole in each (a co-partitioned one:
+    # its rows in the partition's key range).
+    tasks = ([(tuple(_table_part(p, p.reads) for p in plans), opts.pushed)] if plan.split is None
+             else [_split_task(plan, plans, read, opts.pushed) for read in plans[plan.split].reads])
+    return [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, pushed,
                             opts.executor_metadata or str(cfg.metadata), cfg.window_s, cfg.object_store)
-            for task in tasks]
+            for task, pushed in tasks]
+
+
+def _split_task(plan, plans, read: ReadPlan, pushed: str) -> tuple[tuple[JoinedTablePart, ...], str]:
+    """The task of one partition `read` of the split scan: its tables' reads and its pushed plan.
+    A co-partitioned scan j (joined by the split table's partition column = j's column c) keeps
+    only its rows with c in the partition's key range — the only ones that can join its rows —
+    and, when c is j's own partition column, only its partitions that can hold them."""
+    from htap.pushdown.source_reader import key_range_conjuncts
+    from htap.rewrite.pushed import to_json
+
+    reads = [(read,) if i == plan.split else p.reads for i, p in enumerate(plans)]
+    low, high = read.key_range
+    key0 = plans[plan.split].table.key[0]
+    key_type = plans[plan.split].table.arrow_schema.field(key0).type
+    if plan.co_split and (low, high) != (None, None) and _range_key(key_type):
+        for j, column in plan.co_split:
+            table = plans[j].table
+            plan = plan.with_filter(j, key_range_conjuncts(column, table.arrow_schema.field(column).type, low, high))
+            if column == table.key[0]:
+                reads[j] = tuple(r for r in reads[j] if _overlaps(r.key_range, low, high))
+        pushed = to_json(plan)
+    return tuple(_table_part(p, r) for p, r in zip(plans, reads)), pushed
+
+
+def _range_key(t) -> bool:
+    """Whether a split by key ranges of this type may restrict a co-partitioned table (integer and
+    date keys: one order everywhere, no NaN)."""
+    import pyarrow as pa
+
+    return pa.types.is_integer(t) or pa.types.is_date32(t)
+
+
+def _overlaps(key_range: tuple, low, high) -> bool:
+    """Whether a partition's [a, b) meets [low, high) (None: unbounded)."""
+    a, b = key_range
+    return (a is None or high is None or a < high) and (b is None or low is None or low < b)
 
 
 def _held_by_query(cfg, source, opts: "ScanOptions") -> dict:

@@ -180,12 +180,23 @@ def check_access(source: SourceConfig, user: str, table: TableInfo, columns: lis
     return open_queryable(source).check_select(user, table, columns)
 
 
-def _bound(value, t: pa.DataType) -> tuple[Literal, str]:
+def key_range_conjuncts(column: str, t: pa.DataType, low, high) -> tuple[Expr, ...]:
+    """`low <= column < high` as pushed-plan conjuncts (None: unbounded) over a key column of
+    Arrow type `t`: integers, dates, or anything else compared as its text (what `split_points`
+    gives). Key ranges of parallel source reads, and a co-partitioned table's part of a split task."""
     if pa.types.is_integer(t):
-        return Literal("long", int(value)), "bigint" if t == pa.int64() else "int" if t == pa.int32() else "smallint"
-    if pa.types.is_date32(t):
-        return Literal("date", value.isoformat()), "date"
-    return Literal("string", str(value)), "string"
+        literal_type, spark_type = "long", "bigint" if t == pa.int64() else "int" if t == pa.int32() else "smallint"
+    elif pa.types.is_date32(t):
+        literal_type, spark_type = "date", "date"
+    else:
+        literal_type, spark_type = "string", "string"
+    out = []
+    for edge, op in ((low, ">="), (high, "<")):
+        if edge is not None:
+            value = int(edge) if literal_type == "long" else edge.isoformat() if literal_type == "date" else str(edge)
+            bound = Expr.literal(Literal(literal_type, value), spark_type)
+            out.append(Expr.call(op, "boolean", Expr.column(column, spark_type), bound))
+    return tuple(out)
 
 
 def source_ranges(source: SourceConfig, table: TableInfo, plan: PushedPlan, range_rows: int) -> list[PushedPlan]:
@@ -198,13 +209,4 @@ def source_ranges(source: SourceConfig, table: TableInfo, plan: PushedPlan, rang
     key0 = table.key[0]
     t = table.arrow_schema.field(key0).type
     edges = [None, *points, None]
-    out = []
-    for lo, hi in zip(edges, edges[1:]):
-        bounds = []
-        for edge, op in ((lo, ">="), (hi, "<")):
-            if edge is not None:
-                lit, spark_type = _bound(edge, t)
-                column = Expr.column(key0, spark_type)
-                bounds.append(Expr.call(op, "boolean", column, Expr.literal(lit, spark_type)))
-        out.append(plan.with_filter(0, tuple(bounds)))
-    return out
+    return [plan.with_filter(0, key_range_conjuncts(key0, t, lo, hi)) for lo, hi in zip(edges, edges[1:])]

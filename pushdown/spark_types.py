@@ -60,7 +60,8 @@ def spark_ddl(schema: pa.Schema, stats: tuple[int, ...] | None = None, chars: di
     """A Spark DDL string for the schema; every column nullable (Spark only trusts the reader);
     `chars`: string columns of a fixed length (`char_lengths`), as CHAR(n).
 
-    `stats` (row versions, bytes of the live deltas, and partitions when known) ride on the first column's comment: the
+    `stats` (row versions, bytes of the live deltas, and when known the partitions and the position of the partition
+    column, the first key column, in `schema`) ride on the first column's comment: the
     shim takes them off again (HtapCatalog) and reports them to Spark's optimizer
     (SupportsReportStatistics), without another round trip to Python."""
     chars = chars or {}
@@ -71,7 +72,8 @@ def spark_ddl(schema: pa.Schema, stats: tuple[int, ...] | None = None, chars: di
     ]
     if stats is not None and columns:
         parts = f";parts={int(stats[2])}" if len(stats) > 2 else ""
-        columns[0] += f" COMMENT '{STATS_COMMENT}rows={int(stats[0])};bytes={int(stats[1])}{parts}'"
+        key = f";key={int(stats[3])}" if len(stats) > 3 else ""
+        columns[0] += f" COMMENT '{STATS_COMMENT}rows={int(stats[0])};bytes={int(stats[1])}{parts}{key}'"
     return ", ".join(columns)
 
 
@@ -87,5 +89,6 @@ def table_ddl(store, source: str, schema: str, table: str) -> str:
         return spark_ddl(SCHEMAS[table])
     info = store.get_table(source, schema, table)
     _deltas, rows, size = store.delta_stats(info.id)
-    stats = (rows, size, partition_count(decode_bounds(info.partition_bounds_b64)))
+    parts = partition_count(decode_bounds(info.partition_bounds_b64))
+    stats = (rows, size, parts, info.arrow_schema.names.index(info.key[0]))
     return spark_ddl(info.arrow_schema, stats, char_lengths(info.columns))

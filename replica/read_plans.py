@@ -60,6 +60,9 @@ class ReadPlan:
     # The changes above `seq` up to the query's snapshot, from the service's in-memory tail
     # (htap.replica.tail): read with the deltas as their newest one.
     tail: TailRead | None = None
+    # The partition's keys: [low, high) on the first key column in the layout read (None:
+    # unbounded). A split task restricts a co-partitioned table to it (htap.pushdown.planning).
+    key_range: tuple = (None, None)
 
 
 def read_strategy(deltas: list[Delta]) -> str:
@@ -104,6 +107,8 @@ def plan_reads(
     plans = []
     for index in matching_partitions(splits, table.key[0], filters):
         part = layout.ids[index]
+        low = splits[index - 1].as_py() if splits is not None and index > 0 else None
+        high = splits[index].as_py() if splits is not None and index < len(splits) else None
         mine = [
             d for d in deltas if d.part == part and d.min_seq <= seq and (floor is None or d.max_seq >= floor)
         ]
@@ -122,6 +127,7 @@ def plan_reads(
                 files=tuple(item for d in mine for item in d.files().items()),
                 seq_filter=any(d.max_seq > seq or (floor is not None and d.min_seq < floor) for d in mine),
                 deletes=any(d.deletes for d in mine),
+                key_range=(low, high),
             )
         )
     return plans

@@ -11,8 +11,11 @@ JSON form (version 2):
   {"ir": 2,
    "scans": [<scan>, ...],        # table reads; a scan node names one by position
    "root": <node>,
-   "split": k}                    # optional: scan k's partitions are the tasks (each reads its
+   "split": k,                    # optional: scan k's partitions are the tasks (each reads its
                                   # own of scan k, every other scan whole); absent: one task
+   "co_split": [[j, c], ...]}     # optional, with split: scan j is joined to scan k by equality of
+                                  # k's partition column with j's column c, so each task reads only
+                                  # j's rows with c in its partition's key range (co-partitioned)
   <scan>  := {"table": "schema.name", "columns": [c, ...], "filter": [<expr>, ...]}
              # the table's columns read (in order; may be empty: only rows are wanted) and the
              # conjuncts every read of the table applies (over table columns; those on the first
@@ -222,6 +225,9 @@ class PushedPlan:
     scans: tuple[Scan, ...]
     root: Node
     split: int | None = None  # the scan whose partitions are the tasks; None: one task
+    # (scan j, column c): each task reads scan j's rows whose c lies in its split partition's key
+    # range (the shim found j joined to the split scan by partition column = c)
+    co_split: tuple[tuple[int, str], ...] = ()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -270,7 +276,7 @@ class PushedPlan:
                 f"pushed plan version {raw.get('ir')!r}, this reader reads version {IR_VERSION}: the Spark session's"
                 " catalog shim and the Python package on its executors are of different spark-htap versions"
             )
-        _keys(raw, {"ir", "scans", "root", "split"}, "pushed plan")
+        _keys(raw, {"ir", "scans", "root", "split", "co_split"}, "pushed plan")
         scans = tuple(_scan(s) for s in _list(raw.get("scans"), "scans"))
         if not scans:
             raise PlanError("a pushed plan reads at least one table")
@@ -278,6 +284,7 @@ class PushedPlan:
         split = raw.get("split")
         if split is not None and (not _count(split) or split >= len(scans)):
             raise PlanError(f"pushed plan split {split!r} names no scan")
+        co_split = _co_split(raw.get("co_split", []), split, scans)
         used = sorted({n.scan for n in root.walk() if n.op == "scan"})
         if used != list(range(len(scans))):
             raise PlanError(f"the pushed plan's scan nodes read scans {used}, it lists {len(scans)}")
@@ -286,7 +293,17 @@ class PushedPlan:
                 raise PlanError(f"scan node of {scans[n.scan].table} names {len(n.output)} outputs for "
                                 f"{len(scans[n.scan].columns)} columns")
         _check_names(root)
-        return cls(scans, root, split, raw)
+        return cls(scans, root, split, co_split, raw)
+
+
+def _co_split(raw, split: int | None, scans: tuple[Scan, ...]) -> tuple[tuple[int, str], ...]:
+    out = []
+    for item in _list(raw, "co_split"):
+        if (split is None or not isinstance(item, list) or len(item) != 2 or not _count(item[0])
+                or item[0] >= len(scans) or item[0] == split or item[1] not in scans[item[0]].columns):
+            raise PlanError(f"pushed plan co_split {item!r}: not [another scan than the split one, a column it reads]")
+        out.append((item[0], item[1]))
+    return tuple(out)
 
 
 # --- building plans in Python (verification, status, system tables, tests) ---------------------
@@ -310,6 +327,8 @@ def to_dict(plan: PushedPlan) -> dict:
     out = {"ir": IR_VERSION, "scans": [_scan_dict(s) for s in plan.scans], "root": _node_dict(plan.root)}
     if plan.split is not None:
         out["split"] = plan.split
+    if plan.co_split:
+        out["co_split"] = [[j, c] for j, c in plan.co_split]
     return out
 
 

@@ -1,6 +1,7 @@
 """Issue 30: a pushed subtree's aggregate or top-N split by the partitions of its largest table
 (io.sparkhtap.SplitSubtree): one task per partition computes a partial aggregate (or its first n
-rows) over its partition, every other table read whole in each task, and Spark merges them. The
+rows) over its partition, every other table read whole in each task — or, joined by the split
+table's partition column, only its rows in the partition's key range — and Spark merges them. The
 answers are Spark's own (the strategy off) and the one-task plan's, at one snapshot under
 concurrent writes; EXPLAIN says when a subtree runs split and why not otherwise.
 
@@ -36,12 +37,15 @@ def _rows(spark, query: str, ordered: bool, **conf) -> list:
     return [tuple(r) for r in rows] if ordered else normalized(rows)
 
 
-def _explain(spark, query: str, split: str) -> str:
-    spark.conf.set(SPLIT, split)
+def _explain(spark, query: str, split: str, **conf) -> str:
+    conf[SPLIT] = split
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     try:
         return spark.sql("EXPLAIN " + query).collect()[0][0].split("== Physical Plan ==")[-1]
     finally:
-        spark.conf.unset(SPLIT)
+        for key in conf:
+            spark.conf.unset(key)
 
 
 @pytest.fixture
@@ -58,22 +62,25 @@ def small_partitions(workspace):
 
 
 def test_split_tpch_aggregates_answer_as_spark_and_as_one_task(workspace, partitions, spark, catalog, tpch):
-    """Every TPC-H query, its subtree's aggregate split where the shape allows: the rows plain
-    Spark gives (the strategy off). Q3, Q5 and Q10 (joins under an
-    aggregate, under ORDER BY ... LIMIT) run split by lineitem's partitions; Spark's sort and limit
-    stay above the merge."""
+    """Every TPC-H query whose subtree's aggregate splits (where the shape allows): the rows
+    plain Spark gives (the strategy off). Q3, Q5 and Q10 (joins under an aggregate, under ORDER
+    BY ... LIMIT) run split by lineitem's partitions, orders read by their key ranges; Spark's
+    sort and limit stay above the merge. (A query left in one task runs the one-task plan, whose
+    rows test_spark_subtree_pushdown compares.)"""
     assert len(workspace.table("lineitem").layout.ids) > 2 and len(workspace.table("orders").layout.ids) > 1
-    split = []
+    split, co = [], []
     for n, (q, ordered) in sorted(tpch_queries(catalog, tpch).items()):
         physical = _explain(spark, q, "true")
-        if SPLIT_MARK in physical:
-            split.append(n)
-            scan = next(line for line in physical.splitlines() if SPLIT_MARK in line)
-            assert '"split":' in scan and '"partial":true' in scan, (n, scan)
-        # (the one-task plan's rows equal plain Spark's too: test_spark_subtree_pushdown)
+        if SPLIT_MARK not in physical:
+            continue
+        split.append(n)
+        scan = next(line for line in physical.splitlines() if SPLIT_MARK in line)
+        assert '"split":' in scan and '"partial":true' in scan, (n, scan)
+        if '"co_split":' in scan:
+            co.append(n)
         assert _rows(spark, q, ordered, **{SPLIT: "true"}) == _rows(spark, q, ordered, **{WHOLE: "false"}), n
-    assert {3, 5, 10} <= set(split), split
-    print(f"TPC-H queries whose subtree aggregate ran split: {split}")
+    assert {3, 5, 10} <= set(split) and {3, 5, 10} <= set(co), (split, co)
+    print(f"TPC-H queries whose subtree aggregate ran split: {split}; with a co-partitioned table: {co}")
 
 
 def test_split_follows_the_rows_only_through_row_wise_operators(workspace, partitions, spark, catalog, tpch):
@@ -123,6 +130,43 @@ def test_split_follows_the_rows_only_through_row_wise_operators(workspace, parti
         spark.conf.unset(SPLIT)
 
 
+# Joins planned by the subtree strategy (not DSv2's join pushdown), every table above Spark's
+# broadcast threshold: only co-partitioned tables may join a split table.
+BIG_JOINS = {"spark.sql.optimizer.datasourceV2JoinPushdown": "false", "spark.sql.autoBroadcastJoinThreshold": "10"}
+
+
+def test_split_reads_a_table_joined_by_the_partition_column_by_key_ranges(workspace, partitions, spark, catalog, tpch):
+    """lineitem and orders joined by the order key (lineitem's partition column, orders' too),
+    both too large to read in every task: the split reads the other table by each task's key
+    range — an inner join (orders restricted by its own partitions), a LEFT JOIN split by orders
+    (lineitem restricted), an EXISTS (Q4's shape) and a top-N — and answers as plain Spark. A
+    table joined by another column stays too large, and EXPLAIN says so."""
+    s = f"{catalog}.{tpch}"
+    inner = (f"SELECT o_orderpriority, count(*), sum(l_extendedprice), min(l_shipdate), max(o_orderdate) FROM {s}.lineitem l"
+             f" JOIN {s}.orders o ON l.l_orderkey = o.o_orderkey AND o_orderdate < l_shipdate GROUP BY o_orderpriority")
+    left = (f"SELECT o_orderstatus, count(*), count(l_orderkey), sum(l_quantity) FROM {s}.orders o LEFT JOIN {s}.lineitem l"
+            " ON l.l_orderkey = o.o_orderkey AND l_quantity > 30 GROUP BY o_orderstatus")
+    exists = (f"SELECT o_orderpriority, count(*) FROM {s}.orders o WHERE o_orderdate >= DATE '1995-01-01' AND EXISTS"
+              f" (SELECT 1 FROM {s}.lineitem l WHERE l.l_orderkey = o.o_orderkey AND l_commitdate < l_receiptdate)"
+              " GROUP BY o_orderpriority")
+    top = (f"SELECT l_orderkey, l_linenumber, l_extendedprice, o_orderdate FROM {s}.lineitem l JOIN {s}.orders o"
+           " ON l.l_orderkey = o.o_orderkey ORDER BY l_extendedprice DESC, l_orderkey, l_linenumber LIMIT 5")
+    cases = [(inner, "lineitem", "orders by o_orderkey", False), (left, "orders", "lineitem by l_orderkey", False),
+             (exists, "orders", "lineitem by l_orderkey", False), (top, "lineitem", "orders by o_orderkey", True)]
+    for q, split, by, ordered in cases:
+        physical = _explain(spark, q, "true", **BIG_JOINS)
+        assert f"split by the partitions of {s}.{split}" in physical, physical
+        assert f"read by its partitions' key ranges: {s}.{by}" in physical, physical
+        scan = next(line for line in physical.splitlines() if "co_split" in line)
+        assert '"co_split":[[' in scan, scan
+        split_rows = _rows(spark, q, ordered, **{SPLIT: "true"}, **BIG_JOINS)
+        assert split_rows == _rows(spark, q, ordered, **{WHOLE: "false"}), q
+    other = (f"SELECT p_brand, count(*), sum(l_quantity) FROM {s}.lineitem l JOIN {s}.part p ON l.l_partkey = p.p_partkey"
+             " GROUP BY p_brand")
+    physical = _explain(spark, other, "true", **BIG_JOINS)
+    assert SPLIT_MARK not in physical and "too large to read in every task (and not joined by" in physical, physical
+
+
 def test_split_null_semantics_agree_with_spark(workspace, small_partitions, spark, catalog, keys):
     """IN / NOT IN / EXISTS over NULL keys (issue 12's queries), split wherever the shape allows."""
     names = {t: f"{catalog}.{keys}.{t}" for t in ("a", "b", "c")}
@@ -135,9 +179,11 @@ def test_split_null_semantics_agree_with_spark(workspace, small_partitions, spar
 
 
 def test_split_tasks_read_one_snapshot_under_writes(workspace, spark, catalog):
-    """Transfers between accounts keep their sum 0; a split aggregate over accounts joined with
-    their branches must see 0 at every read (each task reads its partition at the query's one
-    seq), while a writer commits transfers and the service checkpoints."""
+    """Transfers between accounts, and between savings, keep their sums 0; a split
+    aggregate over accounts joined with their branches (read whole), and over accounts joined
+    with their savings (co-partitioned by id), must see 0 at every read (each task reads its
+    partition at the query's one seq), while a writer commits transfers and the service
+    checkpoints."""
     ws = workspace
     tune(ws, partition_rows=50)
     s = ws.schema
@@ -145,16 +191,22 @@ def test_split_tasks_read_one_snapshot_under_writes(workspace, spark, catalog):
     ws.sql(f"INSERT INTO {s}.bra SELECT g, g % 2 FROM generate_series(1, 4) g")
     ws.sql(f"CREATE TABLE {s}.acc (id int PRIMARY KEY, bid int NOT NULL, balance bigint NOT NULL)")
     ws.sql(f"INSERT INTO {s}.acc SELECT g, g % 4 + 1, 0 FROM generate_series(1, 400) g")
-    for t in ("bra", "acc"):
+    ws.sql(f"CREATE TABLE {s}.sav (id int PRIMARY KEY, balance bigint NOT NULL)")
+    ws.sql(f"INSERT INTO {s}.sav SELECT g, 0 FROM generate_series(1, 400) g")
+    for t in ("bra", "acc", "sav"):
         ws.htap("tables", "add", f"{s}.{t}")
     ws.start_service()
-    for t in ("bra", "acc"):
+    for t in ("bra", "acc", "sav"):
         ws.wait_readable(t)
     assert len(ws.table("acc").layout.ids) > 2
     # (the EXISTS keeps the join out of DSv2's join pushdown: a subtree of the strategy)
     q = (f"SELECT b.region, count(*), sum(a.balance) FROM {catalog}.{s}.acc a JOIN {catalog}.{s}.bra b ON a.bid = b.id"
          f" WHERE EXISTS (SELECT 1 FROM {catalog}.{s}.bra x WHERE x.id = a.bid) GROUP BY b.region")
     assert SPLIT_MARK in _explain(spark, q, "true")
+    # Co-partitioned: each task reads the savings of its accounts' key range, at the same seq.
+    both = (f"SELECT count(*), sum(a.balance + v.balance) FROM {catalog}.{s}.acc a"
+            f" JOIN {catalog}.{s}.sav v ON a.id = v.id")
+    assert "read by its partitions' key ranges" in _explain(spark, both, "true", **BIG_JOINS)
 
     stop = threading.Event()
     written = []
@@ -169,6 +221,9 @@ def test_split_tasks_read_one_snapshot_under_writes(workspace, spark, catalog):
                 cur.execute(f"UPDATE {s}.acc SET balance = balance - 5 WHERE id = %s", (a,))
                 cur.execute(f"UPDATE {s}.acc SET balance = balance + 5 WHERE id = %s", (b,))
                 conn.commit()
+                cur.execute(f"UPDATE {s}.sav SET balance = balance - 3 WHERE id = %s", (b,))
+                cur.execute(f"UPDATE {s}.sav SET balance = balance + 3 WHERE id = %s", (a,))
+                conn.commit()
             i += 1
         written.append(i)
         conn.close()
@@ -180,6 +235,7 @@ def test_split_tasks_read_one_snapshot_under_writes(workspace, spark, catalog):
             rows = _rows(spark, q, False, **{SPLIT: "true"})
             assert [r[1] for r in rows] == [200, 200], rows
             assert sum(r[2] for r in rows) == 0, rows
+            assert _rows(spark, both, False, **{SPLIT: "true"}, **BIG_JOINS) == [(400, 0)]
     finally:
         stop.set()
         w.join()

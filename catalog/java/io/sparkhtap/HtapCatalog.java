@@ -127,15 +127,18 @@ public class HtapCatalog implements TableCatalog {
     } catch (Bridge.NoSuchTable e) {
       throw new NoSuchTableException(ident);
     }
-    long[] stats = null;  // row versions, bytes of the live deltas, partitions (spark_ddl puts them on the first column)
+    // row versions, bytes of the live deltas, partitions, the partition column's position (spark_ddl puts them on the
+    // first column)
+    long[] stats = null;
     if (schema.fields().length > 0) {
       StructField first = schema.fields()[0];
       scala.Option<String> comment = first.getComment();
       if (comment.isDefined() && comment.get().startsWith(STATS_COMMENT)) {
-        stats = new long[] {0, 0, -1};
+        stats = new long[] {0, 0, -1, -1};
+        List<String> names = List.of("rows", "bytes", "parts", "key");
         for (String part : comment.get().substring(STATS_COMMENT.length()).split(";")) {
           String[] kv = part.split("=", 2);
-          stats[kv[0].equals("rows") ? 0 : kv[0].equals("bytes") ? 1 : 2] = Long.parseLong(kv[1]);
+          stats[names.indexOf(kv[0])] = Long.parseLong(kv[1]);
         }
         StructField[] fields = schema.fields().clone();
         Metadata kept = new MetadataBuilder().withMetadata(first.metadata()).remove("comment").build();  // CHAR(n)'s stays

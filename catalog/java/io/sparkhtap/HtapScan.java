@@ -57,15 +57,17 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
 
   private final long[] estimate;  // rows, bytes[, the table's partitions]; null when unknown
   private final boolean rowsKnown;  // false for a pushed aggregate (fewer rows than the table)
+  private final String partitionColumn;  // the one table's partition column (its first key column); null: unknown
 
   HtapScan(List<String> tableNames, StructType outputSchema, Map<String, String> options, String description,
-           long[] estimate, boolean rowsKnown) {
+           long[] estimate, boolean rowsKnown, String partitionColumn) {
     this.tableNames = tableNames;
     this.outputSchema = outputSchema;
     this.options = options;
     this.description = description;
     this.estimate = estimate;
     this.rowsKnown = rowsKnown;
+    this.partitionColumn = partitionColumn;
   }
 
   @Override
@@ -88,6 +90,11 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
   /** The partitions of the one table this scan reads (-1: unknown, or several tables). */
   long partitions() {
     return estimate != null && estimate.length > 2 ? estimate[2] : -1;
+  }
+
+  /** The column whose key ranges are the one table's partitions (null: unknown, or several tables). */
+  String partitionColumn() {
+    return partitionColumn;
   }
 
   String leaseOwner() {

@@ -719,6 +719,8 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       description = "HtapScan " + tableName + how + " pushed=" + pushed;
     }
     boolean rowsKnown = aggregated == null && !joined.joined() && limit < 0;
-    return new HtapScan(names, outputSchema, scanOptions, description, estimate(), rowsKnown);
+    String partitionColumn = !joined.joined() && stats != null && stats.length > 3 && stats[3] >= 0
+        ? tableSchema.fields()[(int) stats[3]].name() : null;
+    return new HtapScan(names, outputSchema, scanOptions, description, estimate(), rowsKnown, partitionColumn);
   }
 }

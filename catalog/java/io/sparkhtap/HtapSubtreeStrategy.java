@@ -271,7 +271,7 @@ public class HtapSubtreeStrategy extends SparkStrategy {
     }
     String description = "HtapScan " + String.join(", ", tables) + " [" + how + "] pushed=" + pushed;
     HtapScan scan = new HtapScan(new ArrayList<>(tables), schema, options, description,
-        bytes < 0 ? null : new long[] {-1, Math.max(bytes, 1)}, false);
+        bytes < 0 ? null : new long[] {-1, Math.max(bytes, 1)}, false, null);
     if (first.snapshotToken() != null) scan.setSnapshot(first.snapshotToken(), first.snapshotTables());
     for (DataSourceV2ScanRelation r : t.leaves) ((HtapScan) r.scan()).absorbedBy(scan);
     return new DataSourceV2ScanRelation(t.leaves.get(0).relation(), scan,

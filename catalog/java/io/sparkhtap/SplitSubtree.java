@@ -2,6 +2,7 @@ package io.sparkhtap;
 
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -49,8 +50,10 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * A pushed subtree split across the cluster (issue 30): one task per partition of the subtree's
- * largest table, every other table read whole in each task (as a broadcast), Spark merging what
- * the tasks return. Two shapes: an aggregate — each task returns a partial aggregate, merged as
+ * largest table, every other table read whole in each task (as a broadcast) or, when joined to it
+ * by its partition column, only by the task's key range (co-partitioned, {@link
+ * Split#coPartitioned}), Spark merging what the tasks return. Two shapes: an aggregate — each
+ * task returns a partial aggregate, merged as
  * Spark merges its own (SUM and COUNT as sums of the partial values, MIN and MAX of them, AVG from
  * a partial SUM and COUNT through Spark's own Average evaluation) — and an ORDER BY ... LIMIT n
  * (a top-N) — each task returns its n first rows, Spark sorts and limits them again. Every task
@@ -65,7 +68,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * (htap.pushdown.partials).
  *
  * <p>When: the cluster has task slots one task's cores lack ({@link JoinedTables#splitPays}, the
- * joined scans' cost rule), every other table is below spark.sql.autoBroadcastJoinThreshold, and
+ * joined scans' cost rule), every other table is co-partitioned or below
+ * spark.sql.autoBroadcastJoinThreshold, and
  * every aggregate is SUM, COUNT, MIN, MAX or AVG without DISTINCT or FILTER. {@link #CONF}: auto
  * (that rule), true (whenever the shape allows), false (never). Otherwise the subtree runs in one
  * task, as before, and EXPLAIN says why it was not split.
@@ -165,9 +169,10 @@ final class SplitSubtree {
     if (json == null || t.leaves.isEmpty() || !t.residuals.isEmpty()) return no("the subtree is not pushed whole");
     ObjectNode root = (ObjectNode) json.get("root");
     if (!root.path("node").asText().equals("limit") || root.path("offset").asInt(0) != 0) return no("not a plain top-N");
-    Split split = Split.choose(t, root.get("child"), mode[0]);
+    Split split = Split.choose(t, json, root.get("child"), mode[0]);
     if (split.scan < 0) return no(split.why);
     json.put("split", split.scan);
+    split.writeCoSplit(json);
     LogicalPlan scan = split.scanOf(t, json, sort.child().output(), "subtree top-N split: each task's first "
         + root.get("limit").asInt() + " rows, sorted and limited again by Spark");
     if (scan == null) return no("the plan check refused the split plan");
@@ -219,9 +224,10 @@ final class SplitSubtree {
     ObjectNode json = t.translate(partial);
     if (json == null || t.leaves.isEmpty() || !t.residuals.isEmpty()) return no("the subtree is not pushed whole");
     ObjectNode root = (ObjectNode) json.get("root");
-    Split split = Split.choose(t, root.get("child"), mode[0]);
+    Split split = Split.choose(t, json, root.get("child"), mode[0]);
     if (split.scan < 0) return no(split.why);
     json.put("split", split.scan);
+    split.writeCoSplit(json);
     root.put("partial", true);
     LogicalPlan scan = split.scanOf(t, json, partial.output(), "subtree aggregate split: a partial aggregate per task, merged by Spark");
     if (scan == null) return no("the plan check refused the split plan");
@@ -231,40 +237,41 @@ final class SplitSubtree {
     return new Decision(merging, split.why);
   }
 
-  /** Which scan's partitions become the tasks (-1: none), and why. */
+  /** Which scan's partitions become the tasks (-1: none), the scans read by its key ranges, and why. */
   private static final class Split {
     final int scan;
+    final Map<Integer, String> coPartitioned;  // scan -> its column equal to the split scan's partition column
     final String why;
     final HtapScan largest;
 
-    private Split(int scan, String why, HtapScan largest) {
+    private Split(int scan, Map<Integer, String> coPartitioned, String why, HtapScan largest) {
       this.scan = scan;
+      this.coPartitioned = coPartitioned;
       this.why = why;
       this.largest = largest;
     }
 
     private static Split none(String why) {
-      return new Split(-1, why, null);
+      return new Split(-1, Map.of(), why, null);
     }
 
     /**
      * The largest table whose rows reach {@code top} (the split node's input) through row-wise
-     * operators alone, if every other table is small enough to read in every task and (mode
-     * "auto") the cost rule says the cluster's task slots pay for it.
+     * operators alone, if every other table is co-partitioned with it ({@link #coPartitioned}:
+     * each task reads its rows in the task's key range) or small enough to read in every task,
+     * and (mode "auto") the cost rule says the cluster's task slots pay for it.
      */
-    static Split choose(PlanTranslator t, JsonNode top, String mode) {
+    static Split choose(PlanTranslator t, JsonNode json, JsonNode top, String mode) {
       Set<Integer> rowwise = new HashSet<>();
       preserved(top, rowwise);
       long threshold = SQLConf.get().autoBroadcastJoinThreshold();
       int best = -1;
       long bestBytes = -1;
-      long total = 0;
       long[] bytes = new long[t.leaves.size()];
       for (int i = 0; i < t.leaves.size(); i++) {
         HtapScan s = (HtapScan) t.leaves.get(i).scan();
         bytes[i] = s.estimateStatistics().sizeInBytes().orElse(-1);
         if (bytes[i] < 0) return none(String.join(", ", s.tableNames()) + " has no size statistics");
-        total += bytes[i];
         int k = t.leafScans.get(i);
         if (k >= 0 && rowwise.contains(k) && bytes[i] > bestBytes) {
           best = i;
@@ -277,22 +284,91 @@ final class SplitSubtree {
       }
       HtapScan largest = (HtapScan) t.leaves.get(best).scan();
       String name = String.join(", ", largest.tableNames());
+      int k = t.leafScans.get(best);
+      Map<Integer, String> co = largest.partitionColumn() == null ? Map.of()
+          : coPartitioned(json, top, k, largest.partitionColumn());
+      long alongside = 0;  // bytes read by the same key ranges as the split table's (one part per task)
+      long whole = 0;  // bytes read in every task
+      List<String> by = new ArrayList<>();
       for (int i = 0; i < t.leaves.size(); i++) {
-        if (i != best && (threshold <= 0 || bytes[i] > threshold)) {
-          return none(String.join(", ", ((HtapScan) t.leaves.get(i).scan()).tableNames()) + " reads about " + bytes[i]
-              + " bytes, above spark.sql.autoBroadcastJoinThreshold=" + threshold + ", too large to read in every task");
+        if (i == best) continue;
+        HtapScan other = (HtapScan) t.leaves.get(i).scan();
+        String column = co.get(t.leafScans.get(i));
+        if (column != null) {
+          by.add(String.join(", ", other.tableNames()) + " by " + column);
+          if (column.equals(other.partitionColumn())) {
+            alongside += bytes[i];
+          } else {
+            whole += bytes[i];  // its every partition read, though only the key range's rows kept
+          }
+        } else if (threshold <= 0 || bytes[i] > threshold) {
+          return none(String.join(", ", other.tableNames()) + " reads about " + bytes[i]
+              + " bytes, above spark.sql.autoBroadcastJoinThreshold=" + threshold + ", too large to read in every task"
+              + " (and not joined by " + name + "'s partition column to a column of its own)");
+        } else {
+          whole += bytes[i];
         }
       }
       long parts = largest.partitions();
       if (parts == 1) return none("the largest table, " + name + ", has one partition");
-      String why = "split by the partitions of " + name + " (largest, about " + bestBytes + " bytes; every other table"
-          + " read whole in every task)";
-      if (mode.equals("true")) return new Split(t.leafScans.get(best), why + " (" + CONF + "=true)", largest);
+      String why = "split by the partitions of " + name + " (largest, about " + bestBytes + " bytes"
+          + (by.isEmpty() ? "" : "; read by its partitions' key ranges: " + String.join(", ", by))
+          + (by.size() + 1 < t.leaves.size() ? "; every other table read whole in every task)" : ")");
+      if (mode.equals("true")) return new Split(k, co, why + " (" + CONF + "=true)", largest);
       StringBuilder costs = new StringBuilder();
-      if (!JoinedTables.splitPays(bestBytes, name, total - bestBytes, parts, costs)) {
+      if (!JoinedTables.splitPays(bestBytes + alongside, name, whole, parts, costs)) {
         return none("splitting by the partitions of " + name + " buys no parallelism one task lacks; " + costs);
       }
-      return new Split(t.leafScans.get(best), why + "; " + costs, largest);
+      return new Split(k, co, why + "; " + costs, largest);
+    }
+
+    /**
+     * The scans joined to split scan {@code k} by {@code column} (its partition column, an
+     * integer or date: one order in every engine) = a column of their own, scan -> that column.
+     * Exact to read only their rows whose column lies in a task's key range: such a scan sits on
+     * the other side of a join J on the path from {@code top} down to scan k, reached row-wise
+     * from J (so each of its rows reaches J alone), and J's condition has the conjunct
+     * k.column = j.c; a row of it outside the range can match no row of the task's partition,
+     * and J (k's side preserved) drops it or leaves it unmatched either way.
+     */
+    static Map<Integer, String> coPartitioned(JsonNode json, JsonNode top, int k, String column) {
+      Map<String, Column> origins = new HashMap<>();
+      Map<Integer, Integer> uses = new HashMap<>();
+      origins(top, json.get("scans"), origins, uses);
+      List<JsonNode[]> joins = new ArrayList<>();
+      if (uses.getOrDefault(k, 0) != 1 || !pathTo(top, k, joins)) return Map.of();
+      Column key = new Column(k, column);
+      Map<Integer, String> out = new HashMap<>();
+      for (JsonNode[] j : joins) {
+        Set<Integer> other = new HashSet<>();
+        preserved(j[1], other);
+        List<JsonNode> conjuncts = new ArrayList<>();
+        conjuncts(j[0].get("on"), conjuncts);
+        for (JsonNode c : conjuncts) {
+          if (!c.path("op").asText().equals("=") || c.get("args").size() != 2) continue;
+          JsonNode a = c.get("args").get(0);
+          JsonNode b = c.get("args").get(1);
+          if (!a.has("col") || !b.has("col") || !a.path("type").equals(b.path("type"))
+              || !List.of("tinyint", "smallint", "int", "bigint", "date").contains(a.path("type").asText())) {
+            continue;
+          }
+          Column ca = origins.get(a.get("col").asText());
+          Column cb = origins.get(b.get("col").asText());
+          Column mine = key.equals(ca) ? cb : key.equals(cb) ? ca : null;
+          if (mine != null && other.contains(mine.scan) && uses.getOrDefault(mine.scan, 0) == 1) {
+            out.putIfAbsent(mine.scan, mine.name);
+          }
+        }
+      }
+      return out;
+    }
+
+    void writeCoSplit(ObjectNode json) {
+      if (coPartitioned.isEmpty()) return;
+      com.fasterxml.jackson.databind.node.ArrayNode list = json.putArray("co_split");
+      for (Map.Entry<Integer, String> e : new java.util.TreeMap<>(coPartitioned).entrySet()) {
+        list.addArray().add(e.getKey()).add(e.getValue());
+      }
     }
 
     /** The split scan of {@code json} with {@code output} as its columns, or null if the plan check refuses it. */
@@ -418,6 +494,80 @@ final class SplitSubtree {
   private static Alias alias(Expression e, String name) {
     return new Alias(e, name, NamedExpression$.MODULE$.newExprId(), Alias$.MODULE$.apply$default$4(e, name),
         Alias$.MODULE$.apply$default$5(e, name), Alias$.MODULE$.apply$default$6(e, name));
+  }
+
+  /** A table column a plan name carries unchanged: scan k's column, through projections alone. */
+  private record Column(int scan, String name) {}
+
+  /**
+   * The names under {@code node} that carry a scan's column unchanged (a scan node's outputs,
+   * projections of a bare column), and how many scan nodes read each scan. A name is never
+   * registered past another operator, but names are unique and Spark keeps a grouping column's
+   * name: the caller also asks that the scan be reached row-wise.
+   */
+  private static void origins(JsonNode node, JsonNode scans, Map<String, Column> out, Map<Integer, Integer> uses) {
+    for (String side : List.of("child", "left", "right")) {
+      if (node.has(side)) origins(node.get(side), scans, out, uses);
+    }
+    for (JsonNode c : node.path("children")) origins(c, scans, out, uses);
+    switch (node.path("node").asText()) {
+      case "scan": {
+        int k = node.get("scan").asInt();
+        uses.merge(k, 1, Integer::sum);
+        JsonNode columns = scans.get(k).get("columns");
+        for (int i = 0; i < node.get("output").size(); i++) {
+          out.put(node.get("output").get(i).asText(), new Column(k, columns.get(i).asText()));
+        }
+        return;
+      }
+      case "project":
+        for (JsonNode named : node.get("exprs")) {
+          JsonNode e = named.get("expr");
+          Column from = e.has("col") ? out.get(e.get("col").asText()) : null;
+          if (from != null) out.put(named.get("name").asText(), from);
+        }
+        return;
+      default:
+    }
+  }
+
+  /**
+   * Whether scan {@code k}'s rows reach {@code node} row-wise (as {@link #preserved}); if so,
+   * {@code joins} gets each join on the way and its other side, {join, other}.
+   */
+  private static boolean pathTo(JsonNode node, int k, List<JsonNode[]> joins) {
+    switch (node.path("node").asText()) {
+      case "scan":
+        return node.get("scan").asInt() == k;
+      case "project":
+      case "filter":
+      case "expand":
+        return pathTo(node.get("child"), k, joins);
+      case "join": {
+        String type = node.get("type").asText();
+        if (List.of("inner", "cross", "left", "semi", "anti", "existence").contains(type)
+            && pathTo(node.get("left"), k, joins)) {
+          joins.add(new JsonNode[] {node, node.get("right")});
+          return true;
+        }
+        if (List.of("inner", "cross", "right").contains(type) && pathTo(node.get("right"), k, joins)) {
+          joins.add(new JsonNode[] {node, node.get("left")});
+          return true;
+        }
+        return false;
+      }
+      default:
+        return false;
+    }
+  }
+
+  private static void conjuncts(JsonNode e, List<JsonNode> out) {
+    if (e == null || e.isNull()) return;
+    if (e.path("op").asText().equals("AND")) {
+      for (JsonNode a : e.get("args")) conjuncts(a, out);
+    } else {
+      out.add(e);
+    }
   }
 
   /**
