@@ -151,15 +151,21 @@ def test_split_reads_a_table_joined_by_the_partition_column_by_key_ranges(worksp
               " GROUP BY o_orderpriority")
     top = (f"SELECT l_orderkey, l_linenumber, l_extendedprice, o_orderdate FROM {s}.lineitem l JOIN {s}.orders o"
            " ON l.l_orderkey = o.o_orderkey ORDER BY l_extendedprice DESC, l_orderkey, l_linenumber LIMIT 5")
+    # orders read twice: joined (by key range) and whole in a scalar subquery
+    twice = (f"SELECT count(*), sum(l_quantity) FROM {s}.lineitem l JOIN {s}.orders o ON l.l_orderkey = o.o_orderkey"
+             f" WHERE o_totalprice > (SELECT avg(o_totalprice) FROM {s}.orders)")
     cases = [(inner, "lineitem", "orders by o_orderkey", False), (left, "orders", "lineitem by l_orderkey", False),
-             (exists, "orders", "lineitem by l_orderkey", False), (top, "lineitem", "orders by o_orderkey", True)]
+             (exists, "orders", "lineitem by l_orderkey", False), (top, "lineitem", "orders by o_orderkey", True),
+             (twice, "lineitem", "orders by o_orderkey", False)]
     for q, split, by, ordered in cases:
-        physical = _explain(spark, q, "true", **BIG_JOINS)
+        # (the subquery's orders is read whole in every task: under the default threshold)
+        conf = {**BIG_JOINS, "spark.sql.autoBroadcastJoinThreshold": "10485760"} if q is twice else BIG_JOINS
+        physical = _explain(spark, q, "true", **conf)
         assert f"split by the partitions of {s}.{split}" in physical, physical
         assert f"read by its partitions' key ranges: {s}.{by}" in physical, physical
         scan = next(line for line in physical.splitlines() if "co_split" in line)
         assert '"co_split":[[' in scan, scan
-        split_rows = _rows(spark, q, ordered, **{SPLIT: "true"}, **BIG_JOINS)
+        split_rows = _rows(spark, q, ordered, **{SPLIT: "true"}, **conf)
         assert split_rows == _rows(spark, q, ordered, **{WHOLE: "false"}), q
     other = (f"SELECT p_brand, count(*), sum(l_quantity) FROM {s}.lineitem l JOIN {s}.part p ON l.l_partkey = p.p_partkey"
              " GROUP BY p_brand")

@@ -333,8 +333,9 @@ final class SplitSubtree {
      */
     static Map<Integer, String> coPartitioned(JsonNode json, JsonNode top, int k, String column) {
       Map<String, Column> origins = new HashMap<>();
+      origins(top, json.get("scans"), origins);
       Map<Integer, Integer> uses = new HashMap<>();
-      origins(top, json.get("scans"), origins, uses);
+      uses(json.get("root"), uses);
       List<JsonNode[]> joins = new ArrayList<>();
       if (uses.getOrDefault(k, 0) != 1 || !pathTo(top, k, joins)) return Map.of();
       Column key = new Column(k, column);
@@ -501,19 +502,18 @@ final class SplitSubtree {
 
   /**
    * The names under {@code node} that carry a scan's column unchanged (a scan node's outputs,
-   * projections of a bare column), and how many scan nodes read each scan. A name is never
-   * registered past another operator, but names are unique and Spark keeps a grouping column's
-   * name: the caller also asks that the scan be reached row-wise.
+   * projections of a bare column). A name is never registered past another operator, but names
+   * are unique and Spark keeps a grouping column's name: the caller also asks that the scan be
+   * reached row-wise.
    */
-  private static void origins(JsonNode node, JsonNode scans, Map<String, Column> out, Map<Integer, Integer> uses) {
+  private static void origins(JsonNode node, JsonNode scans, Map<String, Column> out) {
     for (String side : List.of("child", "left", "right")) {
-      if (node.has(side)) origins(node.get(side), scans, out, uses);
+      if (node.has(side)) origins(node.get(side), scans, out);
     }
-    for (JsonNode c : node.path("children")) origins(c, scans, out, uses);
+    for (JsonNode c : node.path("children")) origins(c, scans, out);
     switch (node.path("node").asText()) {
       case "scan": {
         int k = node.get("scan").asInt();
-        uses.merge(k, 1, Integer::sum);
         JsonNode columns = scans.get(k).get("columns");
         for (int i = 0; i < node.get("output").size(); i++) {
           out.put(node.get("output").get(i).asText(), new Column(k, columns.get(i).asText()));
@@ -558,6 +558,17 @@ final class SplitSubtree {
       }
       default:
         return false;
+    }
+  }
+
+  /** How many scan nodes read each scan, anywhere in {@code json} (subqueries too): a scan read
+   *  twice is not restricted to a key range. */
+  private static void uses(JsonNode json, Map<Integer, Integer> out) {
+    if (json.isObject() && json.path("node").asText().equals("scan") && json.has("scan")) {
+      out.merge(json.get("scan").asInt(), 1, Integer::sum);
+    }
+    for (JsonNode child : json) {
+      if (child.isContainerNode()) uses(child, out);
     }
   }
 
