@@ -269,8 +269,10 @@ class JdbcSettings:
         return conf
 
 
-def spark_session(htap_config: Path, jdbc: JdbcSettings, driver_memory: str, shuffle_partitions: int, need_jdbc: bool):
-    """ONE local session with both jars (spark.jars is fixed at start) and both catalogs."""
+def spark_session(htap_config: Path, jdbc: JdbcSettings, driver_memory: str, shuffle_partitions: int, need_jdbc: bool,
+                  master: str = "local[2]", extra: dict[str, str] | None = None):
+    """ONE session with both jars (spark.jars is fixed at start) and both catalogs, on `master`
+    (local mode by default), `extra` settings last."""
     from pyspark.sql import SparkSession
 
     from htap.catalog.shim import shim_jar, spark_conf
@@ -293,8 +295,9 @@ def spark_session(htap_config: Path, jdbc: JdbcSettings, driver_memory: str, shu
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.optimizer.datasourceV2JoinPushdown": str(jdbc.join_pushdown).lower(),
+        **(extra or {}),
     }
-    builder = SparkSession.builder.master("local[2]").appName("spark-htap-bench-tpch")
+    builder = SparkSession.builder.master(master).appName("spark-htap-bench-tpch")
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

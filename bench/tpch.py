@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-subtree-pushdown", action="store_true",
                    help="set spark.htap.wholeQueryPushdown=false: the replica without whole-subtree pushdown (to compare)")
     p.add_argument("--driver-memory", default="6g", help="spark.driver.memory (default 6g)")
+    p.add_argument("--master", default="local[2]",
+                   help="Spark master (default local[2]; e.g. local-cluster[2,1,4096]: two executors of one core and"
+                        " 4 GiB, each task's DuckDB on its executor's core — set spark.executor.cores to match with"
+                        " --conf)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for the session, repeatable (e.g. spark.htap.splitSubtrees=false)")
     p.add_argument("--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions (default 4)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a query run is cancelled (default 1800)")
     p.add_argument("--copy-timeout", type=float, default=7200, help="seconds to wait for the replica's initial copy")
@@ -96,6 +102,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.repeats = 3 if args.sf < 1 else 1
     if args.sf <= 0 or args.repeats < 1:
         p.error("--sf and --repeats must be positive")
+    bad = [c for c in args.conf if "=" not in c or not c.split("=", 1)[0].strip()]
+    if bad:
+        p.error(f"--conf takes KEY=VALUE, not {bad[0]!r}")
     args.out = args.out or BENCH_DIR / "results" / f"tpch-sf{args.sf:g}.json"
     return args
 
@@ -269,9 +278,10 @@ def run(args: argparse.Namespace, started: float) -> int:
     try:
         if "htap" in args.systems:
             replica.start(args.copy_timeout)
-        log("Spark: starting one local session with the catalog shim and the PostgreSQL JDBC driver")
+        log(f"Spark: starting one session ({args.master}) with the catalog shim and the PostgreSQL JDBC driver")
         spark, spark_conf = spark_session(replica.config, jdbc, args.driver_memory, args.shuffle_partitions,
-                                          need_jdbc=any(s in args.systems for s in JDBC_SYSTEMS))
+                                          need_jdbc=any(s in args.systems for s in JDBC_SYSTEMS),
+                                          master=args.master, extra=dict(c.split("=", 1) for c in args.conf))
         subtree = "false" if args.no_subtree_pushdown else "true"  # on for the bench: its data is never updated
         spark.conf.set("spark.htap.wholeQueryPushdown", subtree)
         spark_conf = {**spark_conf, "spark.htap.wholeQueryPushdown": subtree}
@@ -307,6 +317,7 @@ def run(args: argparse.Namespace, started: float) -> int:
                      "cpu_counted": "utime+stime+cutime+cstime of the postmaster and its children, from /proc"},
         "replica_initial_copy_s": None if replica.copy_s is None else round(replica.copy_s, 1),
         "htap_tables_after_run": htap_tables,
+        "spark_master": args.master,
         "spark_conf": {k: v for k, v in spark_conf.items() if "password" not in k},
         "systems": {
             s: {

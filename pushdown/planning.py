@@ -501,10 +501,10 @@ def _split_task(plan, plans, read: ReadPlan, pushed: str) -> tuple[tuple[JoinedT
 
 def _range_key(t) -> bool:
     """Whether a split by key ranges of this type may restrict a co-partitioned table (integer and
-    date keys: one order everywhere, no NaN)."""
+    date keys, as the shim offers them: one order everywhere, no NaN)."""
     import pyarrow as pa
 
-    return pa.types.is_integer(t) or pa.types.is_date32(t)
+    return pa.types.is_int16(t) or pa.types.is_int32(t) or pa.types.is_int64(t) or pa.types.is_date32(t)
 
 
 def _overlaps(key_range: tuple, low, high) -> bool:

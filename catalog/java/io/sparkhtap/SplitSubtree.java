@@ -350,7 +350,7 @@ final class SplitSubtree {
           JsonNode a = c.get("args").get(0);
           JsonNode b = c.get("args").get(1);
           if (!a.has("col") || !b.has("col") || !a.path("type").equals(b.path("type"))
-              || !List.of("tinyint", "smallint", "int", "bigint", "date").contains(a.path("type").asText())) {
+              || !List.of("smallint", "int", "bigint", "date").contains(a.path("type").asText())) {
             continue;
           }
           Column ca = origins.get(a.get("col").asText());
