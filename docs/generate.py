@@ -296,6 +296,49 @@ def tpch_seconds_figure(result: dict) -> bytes:
     return _png(fig)
 
 
+SCALE_RUNS = (("tpch-sf0.1.json", 0.1), ("tpch-sf1.json", 1.0), ("tpch-sf10.json", 10.0))
+
+
+def tpch_scale_rows() -> list[tuple[float, str, float, int]]:
+    """(SF, system label, seconds summed over the queries every run answered, how many) per run of
+    SCALE_RUNS and system: how each system's time grows with the data. A run on a loaded machine
+    (a 1-minute load average above its CPUs + 1 during some system's queries) is left out."""
+    runs = [(sf, r) for name, sf in SCALE_RUNS if (r := _load(name)) and _quiet(r)]
+    if len(runs) < 2:
+        return []
+    systems = [s for s in runs[-1][1]["systems"] if all(s in r["systems"] for _, r in runs)]
+    answered = None
+    for _, r in runs:
+        ok = {q["query"] for q in r["queries"] if all((q.get(s) or {}).get("best_s") for s in systems)}
+        answered = ok if answered is None else answered & ok
+    rows = []
+    for sf, r in runs:
+        for s in systems:
+            total = sum(q[s]["best_s"] for q in r["queries"] if q["query"] in answered)
+            rows.append((sf, r["systems"][s]["label"], total, len(answered)))
+    return rows
+
+
+def _quiet(result: dict) -> bool:
+    cpus = result["machine"].get("cpus") or 1
+    return all((s.get("mean_loadavg_1min") or 0) <= cpus + 1 for s in result["systems"].values())
+
+
+def tpch_scale_figure(rows: list[tuple[float, str, float, int]]) -> bytes:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label in dict.fromkeys(r[1] for r in rows):
+        points = [(sf, s) for sf, name, s, _ in rows if name == label]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("TPC-H scale factor (log)")
+    ax.set_ylabel(f"seconds, sum of {rows[0][3]} queries (log)")
+    ax.legend(fontsize=7, frameon=False)
+    ax.grid(which="both", alpha=0.3)
+    return _png(fig)
+
+
 def freshness_figure(result: dict) -> bytes:
     plt = _plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4), gridspec_kw={"width_ratios": [1, 2]})
@@ -405,6 +448,17 @@ def tpch_page(files: dict[str, bytes | str]) -> str:
             out.append(f"| Q{q['query']} | " + " | ".join(_f((q.get(s) or {}).get("best_s")) for s in systems)
                        + f" | {_f(q.get('ratio_htap_jdbc'), 3)} | {_f(q.get('ratio_htap_parquet'), 3)} | {_f(q.get('ratio_htap_duckdb'))} | {equal} |")
         out.append("")
+    scale = tpch_scale_rows()
+    if scale:
+        files["benchmarks/tpch-scale.png"] = tpch_scale_figure(scale)
+        out += ["## How time grows with the data\n",
+                f"Each system's seconds summed over the {scale[0][3]} queries every run below answered, per scale factor "
+                "(each run's own command and machine load below; local mode on the same 2-core machine; runs on a loaded"
+                " machine left out).\n",
+                "![TPC-H seconds by scale factor](tpch-scale.png)\n",
+                "| SF | system | seconds |", "|---|---|---|"]
+        out += [f"| {sf:g} | {label} | {_f(s, 1)} |" for sf, label, s, _ in scale]
+        out.append("")
     hist = _history("tpch-sf1")
     if hist:
         out += ["## Earlier SF 1 runs\n",
@@ -413,7 +467,10 @@ def tpch_page(files: dict[str, bytes | str]) -> str:
         out += _history_table(hist, [("build", "build"), ("date", "date"), ("repeats", "best of"), ("load", "load"),
                                      ("htap/jdbc", "replica/JDBC"), ("htap/parquet", "replica/Parquet"),
                                      ("htap/duckdb", "replica/DuckDB"), ("note", "note")])
-    for name, title in (("tpch-sf1-loaded.json", "SF 1 on a loaded machine"),
+    for name, title in (("tpch-sf10.json", "SF 10"),
+                        ("tpch-sf10-cluster-split.json", "SF 10 on local-cluster, split subtrees"),
+                        ("tpch-sf10-cluster-one-task.json", "SF 10 on local-cluster, one task per subtree"),
+                        ("tpch-sf1-loaded.json", "SF 1 on a loaded machine"),
                         ("tpch-sf0.1.json", "SF 0.1"),
                         ("tpch-sf1-jdbc-join-pushdown.json", "SF 1, JDBC with join pushdown, unpartitioned")):
         r = _load(name)
