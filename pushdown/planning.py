@@ -455,7 +455,7 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
                             agreement and dataclasses.replace(agreement, scan=f"{agreement.scan}/{i}"))
             for i, part in enumerate(ranges)
         ]
-    if len(plans) == 1 and plan.split == 0:  # one task per partition: each reads its own
+    if len(plans) == 1 and plan.split == 0 and plan.split_tasks is None:  # one task per partition: each its own
         table = plans[0].table
         return [
             ReplicaPartition(
@@ -471,22 +471,31 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
     # partition of the split scan, every other scan read whole in each (a co-partitioned one:
     # its rows in the partition's key range).
     tasks = ([(tuple(_table_part(p, p.reads) for p in plans), opts.pushed)] if plan.split is None
-             else [_split_task(plan, plans, read, opts.pushed) for read in plans[plan.split].reads])
+             else [_split_task(plan, plans, group, opts.pushed)
+                   for group in _groups(plans[plan.split].reads, plan.split_tasks)])
     return [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, pushed,
                             opts.executor_metadata or str(cfg.metadata), cfg.window_s, cfg.object_store)
             for task, pushed in tasks]
 
 
-def _split_task(plan, plans, read: ReadPlan, pushed: str) -> tuple[tuple[JoinedTablePart, ...], str]:
-    """The task of one partition `read` of the split scan: its tables' reads and its pushed plan.
-    A co-partitioned scan j (joined by the split table's partition column = j's column c) keeps
-    only its rows with c in the partition's key range — the only ones that can join its rows —
-    and, when c is j's own partition column, only its partitions that can hold them."""
+def _groups(reads: tuple[ReadPlan, ...], tasks: int | None) -> list[tuple[ReadPlan, ...]]:
+    """The split scan's partition reads (in key order) as at most `tasks` runs of neighbours of
+    nearly equal length (None: one read each)."""
+    n = len(reads) if tasks is None else max(1, min(tasks, len(reads)))
+    return [reads[len(reads) * i // n:len(reads) * (i + 1) // n] for i in range(n)] if reads else []
+
+
+def _split_task(plan, plans, group: tuple[ReadPlan, ...], pushed: str) -> tuple[tuple[JoinedTablePart, ...], str]:
+    """The task of a run of neighbouring partitions `group` of the split scan: its tables' reads
+    and its pushed plan. A co-partitioned scan j (joined by the split table's partition column =
+    j's column c) keeps only its rows with c in the run's key range — the only ones that can join
+    its rows (a range that takes in partitions the scan's filter pruned only adds rows nothing
+    joins) — and, when c is j's own partition column, only its partitions that can hold them."""
     from htap.pushdown.source_reader import key_range_conjuncts
     from htap.rewrite.pushed import to_json
 
-    reads = [(read,) if i == plan.split else p.reads for i, p in enumerate(plans)]
-    low, high = read.key_range
+    reads = [group if i == plan.split else p.reads for i, p in enumerate(plans)]
+    low, high = group[0].key_range[0], group[-1].key_range[1]
     key0 = plans[plan.split].table.key[0]
     key_type = plans[plan.split].table.arrow_schema.field(key0).type
     if plan.co_split and (low, high) != (None, None) and _range_key(key_type):

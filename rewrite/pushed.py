@@ -13,9 +13,11 @@ JSON form (version 2):
    "root": <node>,
    "split": k,                    # optional: scan k's partitions are the tasks (each reads its
                                   # own of scan k, every other scan whole); absent: one task
-   "co_split": [[j, c], ...]}     # optional, with split: scan j is joined to scan k by equality of
+   "co_split": [[j, c], ...],     # optional, with split: scan j is joined to scan k by equality of
                                   # k's partition column with j's column c, so each task reads only
-                                  # j's rows with c in its partition's key range (co-partitioned)
+                                  # j's rows with c in its partitions' key range (co-partitioned)
+   "split_tasks": n}              # optional, with split: at most n tasks, each a run of neighbouring
+                                  # partitions of scan k; absent: one task per partition
   <scan>  := {"table": "schema.name", "columns": [c, ...], "filter": [<expr>, ...]}
              # the table's columns read (in order; may be empty: only rows are wanted) and the
              # conjuncts every read of the table applies (over table columns; those on the first
@@ -228,6 +230,7 @@ class PushedPlan:
     # (scan j, column c): each task reads scan j's rows whose c lies in its split partition's key
     # range (the shim found j joined to the split scan by partition column = c)
     co_split: tuple[tuple[int, str], ...] = ()
+    split_tasks: int | None = None  # at most this many tasks, each a run of neighbouring partitions
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -276,7 +279,7 @@ class PushedPlan:
                 f"pushed plan version {raw.get('ir')!r}, this reader reads version {IR_VERSION}: the Spark session's"
                 " catalog shim and the Python package on its executors are of different spark-htap versions"
             )
-        _keys(raw, {"ir", "scans", "root", "split", "co_split"}, "pushed plan")
+        _keys(raw, {"ir", "scans", "root", "split", "co_split", "split_tasks"}, "pushed plan")
         scans = tuple(_scan(s) for s in _list(raw.get("scans"), "scans"))
         if not scans:
             raise PlanError("a pushed plan reads at least one table")
@@ -285,6 +288,9 @@ class PushedPlan:
         if split is not None and (not _count(split) or split >= len(scans)):
             raise PlanError(f"pushed plan split {split!r} names no scan")
         co_split = _co_split(raw.get("co_split", []), split, scans)
+        split_tasks = raw.get("split_tasks")
+        if split_tasks is not None and (split is None or not _count(split_tasks) or split_tasks == 0):
+            raise PlanError(f"pushed plan split_tasks {split_tasks!r}: a positive count, with a split scan")
         used = sorted({n.scan for n in root.walk() if n.op == "scan"})
         if used != list(range(len(scans))):
             raise PlanError(f"the pushed plan's scan nodes read scans {used}, it lists {len(scans)}")
@@ -293,7 +299,7 @@ class PushedPlan:
                 raise PlanError(f"scan node of {scans[n.scan].table} names {len(n.output)} outputs for "
                                 f"{len(scans[n.scan].columns)} columns")
         _check_names(root)
-        return cls(scans, root, split, co_split, raw)
+        return cls(scans, root, split, co_split, split_tasks, raw)
 
 
 def _co_split(raw, split: int | None, scans: tuple[Scan, ...]) -> tuple[tuple[int, str], ...]:
@@ -329,6 +335,8 @@ def to_dict(plan: PushedPlan) -> dict:
         out["split"] = plan.split
     if plan.co_split:
         out["co_split"] = [[j, c] for j, c in plan.co_split]
+    if plan.split_tasks is not None:
+        out["split_tasks"] = plan.split_tasks
     return out
 
 

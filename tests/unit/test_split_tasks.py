@@ -1,8 +1,9 @@
-"""The tasks of a split pushed subtree (htap.pushdown.planning._split_task, issue 30): one per
-partition of the split table, a co-partitioned table read only by that partition's key range.
-Property: over random rows and random partition bounds of both tables, the tasks' partial
-aggregates add up to the one-task answer — whether the co-partitioned column is the other
-table's own partition column (its partitions pruned too) or another of its columns.
+"""The tasks of a split pushed subtree (htap.pushdown.planning._groups and _split_task, issue 30):
+one per run of neighbouring partitions of the split table, a co-partitioned table read only by
+that run's key range. Property: over random rows, random partition bounds of both tables and a
+random cap on the tasks, the tasks' partial aggregates add up to the one-task answer — whether
+the co-partitioned column is the other table's own partition column (its partitions pruned too)
+or another of its columns.
 
 Real deltas on local disk, read by the executor's reader (read_joined); no server.
 """
@@ -20,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from unit_support import HEAVY_PROPERTY, agg, col, make_delta, make_table, op
 
-from htap.pushdown.planning import ScanPlan, _split_task
+from htap.pushdown.planning import ScanPlan, _groups, _split_task
 from htap.pushdown.replica_reader import JoinedTableRead, read_joined
 from htap.replica.models import OP, OP_UPSERT, SEQ, UNSET_MASK, delta_schema
 from htap.replica.partitions import split_by_partition
@@ -77,19 +78,23 @@ keys = st.integers(0, 12)  # few keys: bounds of both tables often meet
     splits2=st.lists(st.integers(1, 11), max_size=4, unique=True).map(sorted),
     on=st.sampled_from(["k2", "fk"]),
     join_type=st.sampled_from(["inner", "left", "semi"]),
+    tasks=st.none() | st.integers(1, 4),
 )
-def test_split_tasks_with_a_co_partitioned_table_add_up_to_one_task(t1, t2, splits1, splits2, on, join_type):
+def test_split_tasks_with_a_co_partitioned_table_add_up_to_one_task(t1, t2, splits1, splits2, on, join_type, tasks):
     folder = Path(tempfile.mkdtemp())
     try:
         plans = [_table_reads(folder, "t1", T1, t1, splits1, 1), _table_reads(folder, "t2", T2, t2, splits2, 2)]
         plan = _plan(on, join_type)
         one = _read(folder, plans, [p.reads for p in plans], plan)
         total = [0, 0, 0]
-        for read in plans[0].reads:
-            parts, pushed = _split_task(plan, plans, read, to_json(plan))
+        groups = _groups(plans[0].reads, tasks)
+        assert [r for g in groups for r in g] == list(plans[0].reads)
+        assert len(groups) == (len(plans[0].reads) if tasks is None else min(tasks, len(plans[0].reads)))
+        for group in groups:
+            parts, pushed = _split_task(plan, plans, group, to_json(plan))
             task = PushedPlan.from_json(pushed)
-            by_range = read.key_range != (None, None)
-            assert len(task.scans[1].filter) == (sum(b is not None for b in read.key_range) if by_range else 0)
+            bounds = (group[0].key_range[0], group[-1].key_range[1])
+            assert len(task.scans[1].filter) == sum(b is not None for b in bounds)
             if on == "k2":  # its own partition column: only t2's partitions that meet the range
                 assert len(parts[1].plans) <= len(plans[1].reads)
             for i, n in enumerate(_read(folder, plans, [p.plans for p in parts], task)):
@@ -99,7 +104,7 @@ def test_split_tasks_with_a_co_partitioned_table_add_up_to_one_task(t1, t2, spli
         shutil.rmtree(folder)
 
 
-def test_a_co_split_must_name_another_scan_and_a_column_it_reads():
+def test_a_co_split_must_name_another_scan_and_a_column_it_reads_and_split_tasks_count():
     plan = _plan("fk", "inner")
     assert PushedPlan.from_json(to_json(plan)).co_split == ((1, "fk"),)
     raw = to_json(plan)
@@ -108,3 +113,7 @@ def test_a_co_split_must_name_another_scan_and_a_column_it_reads():
             PushedPlan.from_json(raw.replace('[[1,"fk"]]', bad))
     with pytest.raises(PlanError, match="co_split"):
         PushedPlan.from_json(raw.replace('"split":0,', ""))
+    assert PushedPlan.from_json(raw.replace('"split":0,', '"split":0,"split_tasks":3,')).split_tasks == 3
+    for bad in ('"split_tasks":0,', '"split_tasks":-1,', '"split_tasks":true,'):
+        with pytest.raises(PlanError, match="split_tasks"):
+            PushedPlan.from_json(raw.replace('"split":0,', '"split":0,' + bad))

@@ -49,8 +49,9 @@ import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A pushed subtree split across the cluster (issue 30): one task per partition of the subtree's
- * largest table, every other table read whole in each task (as a broadcast) or, when joined to it
+ * A pushed subtree split across the cluster (issue 30): tasks over the partitions of the
+ * subtree's largest table (each a run of neighbouring partitions, at most twice the cluster's
+ * task slots of them), every other table read whole in each task (as a broadcast) or, when joined to it
  * by its partition column, only by the task's key range (co-partitioned, {@link
  * Split#coPartitioned}), Spark merging what the tasks return. Two shapes: an aggregate — each
  * task returns a partial aggregate, merged as
@@ -171,8 +172,7 @@ final class SplitSubtree {
     if (!root.path("node").asText().equals("limit") || root.path("offset").asInt(0) != 0) return no("not a plain top-N");
     Split split = Split.choose(t, json, root.get("child"), mode[0]);
     if (split.scan < 0) return no(split.why);
-    json.put("split", split.scan);
-    split.writeCoSplit(json);
+    split.write(json);
     LogicalPlan scan = split.scanOf(t, json, sort.child().output(), "subtree top-N split: each task's first "
         + root.get("limit").asInt() + " rows, sorted and limited again by Spark");
     if (scan == null) return no("the plan check refused the split plan");
@@ -226,8 +226,7 @@ final class SplitSubtree {
     ObjectNode root = (ObjectNode) json.get("root");
     Split split = Split.choose(t, json, root.get("child"), mode[0]);
     if (split.scan < 0) return no(split.why);
-    json.put("split", split.scan);
-    split.writeCoSplit(json);
+    split.write(json);
     root.put("partial", true);
     LogicalPlan scan = split.scanOf(t, json, partial.output(), "subtree aggregate split: a partial aggregate per task, merged by Spark");
     if (scan == null) return no("the plan check refused the split plan");
@@ -364,7 +363,15 @@ final class SplitSubtree {
       return out;
     }
 
-    void writeCoSplit(ObjectNode json) {
+    /**
+     * Into the pushed plan: the split scan, the co-partitioned scans, and at most twice the
+     * cluster's task slots as tasks (each a run of neighbouring partitions: a Python task and a
+     * DuckDB query per partition would cost more than the slots gain; twice, so that a slow task
+     * does not hold the others up).
+     */
+    void write(ObjectNode json) {
+      json.put("split", scan);
+      json.put("split_tasks", 2 * JoinedTables.cores()[0]);
       if (coPartitioned.isEmpty()) return;
       com.fasterxml.jackson.databind.node.ArrayNode list = json.putArray("co_split");
       for (Map.Entry<Integer, String> e : new java.util.TreeMap<>(coPartitioned).entrySet()) {
