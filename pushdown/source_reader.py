@@ -183,7 +183,8 @@ def check_access(source: SourceConfig, user: str, table: TableInfo, columns: lis
 def key_range_conjuncts(column: str, t: pa.DataType, low, high) -> tuple[Expr, ...]:
     """`low <= column < high` as pushed-plan conjuncts (None: unbounded) over a key column of
     Arrow type `t`: integers (16 to 64 bits, as the replica stores them), dates, or anything else
-    compared as its text (what `split_points` gives). Key ranges of parallel source reads, and a co-partitioned table's part of a split task."""
+    compared as its text (what `split_points` gives). Key ranges of parallel source reads, and a
+    co-partitioned table's part of a split task."""
     if pa.types.is_int16(t) or pa.types.is_int32(t) or pa.types.is_int64(t):
         literal_type, spark_type = "long", {16: "smallint", 32: "int", 64: "bigint"}[t.bit_width]
     elif pa.types.is_date32(t):
