@@ -13,6 +13,7 @@ cluster with more task slots than one task's cores would choose it.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import psycopg2
 import pytest
@@ -26,26 +27,33 @@ WHOLE = "spark.htap.wholeQueryPushdown"
 SPLIT_MARK = "subtree aggregate split"
 
 
-def _rows(spark, query: str, ordered: bool, **conf) -> list:
+@contextmanager
+def _settings(spark, conf: dict):
+    """`conf` set for the block, then each key back to what the session had (unset only if it
+    had none: unsetting a setting the session was started with, like the shim's DSv2 join
+    pushdown, would change it for every later test of the session)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
-        rows = spark.sql(query).collect()
+        yield
     finally:
-        for key in conf:
-            spark.conf.unset(key)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _rows(spark, query: str, ordered: bool, **conf) -> list:
+    with _settings(spark, conf):
+        rows = spark.sql(query).collect()
     return [tuple(r) for r in rows] if ordered else normalized(rows)
 
 
 def _explain(spark, query: str, split: str, **conf) -> str:
-    conf[SPLIT] = split
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
+    with _settings(spark, {**conf, SPLIT: split}):
         return spark.sql("EXPLAIN " + query).collect()[0][0].split("== Physical Plan ==")[-1]
-    finally:
-        for key in conf:
-            spark.conf.unset(key)
 
 
 @pytest.fixture
