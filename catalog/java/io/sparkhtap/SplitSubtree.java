@@ -504,6 +504,10 @@ final class SplitSubtree {
         Alias$.MODULE$.apply$default$5(e, name), Alias$.MODULE$.apply$default$6(e, name));
   }
 
+  /** The join types whose every left (right) row reaches the join's output on its own. */
+  private static final List<String> LEFT_PRESERVED = List.of("inner", "cross", "left", "semi", "anti", "existence");
+  private static final List<String> RIGHT_PRESERVED = List.of("inner", "cross", "right");
+
   /** A table column a plan name carries unchanged: scan k's column, through projections alone. */
   private record Column(int scan, String name) {}
 
@@ -552,12 +556,11 @@ final class SplitSubtree {
         return pathTo(node.get("child"), k, joins);
       case "join": {
         String type = node.get("type").asText();
-        if (List.of("inner", "cross", "left", "semi", "anti", "existence").contains(type)
-            && pathTo(node.get("left"), k, joins)) {
+        if (LEFT_PRESERVED.contains(type) && pathTo(node.get("left"), k, joins)) {
           joins.add(new JsonNode[] {node, node.get("right")});
           return true;
         }
-        if (List.of("inner", "cross", "right").contains(type) && pathTo(node.get("right"), k, joins)) {
+        if (RIGHT_PRESERVED.contains(type) && pathTo(node.get("right"), k, joins)) {
           joins.add(new JsonNode[] {node, node.get("left")});
           return true;
         }
@@ -606,8 +609,8 @@ final class SplitSubtree {
         return;
       case "join": {
         String type = node.get("type").asText();
-        if (List.of("inner", "cross", "left", "semi", "anti", "existence").contains(type)) preserved(node.get("left"), out);
-        if (List.of("inner", "cross", "right").contains(type)) preserved(node.get("right"), out);
+        if (LEFT_PRESERVED.contains(type)) preserved(node.get("left"), out);
+        if (RIGHT_PRESERVED.contains(type)) preserved(node.get("right"), out);
         return;
       }
       default:  // an aggregate, limit, window, union, expand or sort would see one partition's rows only
