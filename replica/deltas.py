@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from htap import engine
 from htap.errors import MovedKeyValuesUnknown, NoSuchTableError, TableError
 from htap.observe import phase
+from htap.replica import column_stats
 from htap.replica import dv as dvs
 from htap.replica import keyindex
 from htap.replica.metadata import MetadataStore, NewDelta
@@ -154,6 +155,7 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
         schema_version=table.schema_version,
         checksum=checksum,
         dv_checksum=dv_checksum,
+        column_stats=column_stats.encode(column_stats.of_delta(data, table.arrow_schema.names)),
     )
 
 
@@ -173,6 +175,7 @@ class StagedDelta:
         self.table, self.part = table, part
         self.rel = f"{partition_dir(table, part)}/{uuid.uuid4().hex}.parquet"
         self.partial = pc.sum(pc.not_equal(self.data.column(UNSET_MASK), 0)).as_py() or 0
+        self.column_stats = column_stats.encode(column_stats.of_delta(self.data, table.arrow_schema.names))
         self.tmp = self.warehouse.staging_path(self.rel)
         self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self.tmp, self.data.schema, compression="zstd",
                                                                  write_statistics=True)
@@ -214,6 +217,7 @@ class StagedDelta:
             schema_version=self.table.schema_version,
             checksum=checksum,
             dv_checksum=dv_checksum,
+            column_stats=self.column_stats,
         )
 
     def discard(self) -> None:

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from htap.conf import is_postgres_location
 from htap.errors import ConfigError, ReplicaError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Partition history: the layout (split points, partition ids) that holds from `from_seq` on, until
 # the next one. Reads at a seq use the layout of that seq (htap.replica.repartition).
 _LAYOUTS = (
@@ -30,6 +30,7 @@ _UPGRADES = {
     6: ["ALTER TABLE deltas ADD COLUMN checksum TEXT", "ALTER TABLE deltas ADD COLUMN dv_checksum TEXT"],
     7: ["ALTER TABLE deltas ADD COLUMN until_seq {int}", "ALTER TABLE tables ADD COLUMN partition_ids TEXT",
         f"CREATE TABLE IF NOT EXISTS {_LAYOUTS}"],
+    8: ["ALTER TABLE deltas ADD COLUMN column_stats TEXT"],
 }
 
 # Created on first use (stores made before it work unchanged): the exported source snapshot of a
@@ -66,7 +67,8 @@ _TABLES = [
         " min_seq {int} NOT NULL, max_seq {int} NOT NULL, rows {int} NOT NULL, bytes {int} NOT NULL,"
         " partial_rows {int} NOT NULL DEFAULT 0, deletes {int} NOT NULL DEFAULT 0, unique_keys {int} NOT NULL DEFAULT 0,"
         " schema_version {int} NOT NULL DEFAULT 1,"
-        " created_at {real} NOT NULL, retired_at {real}, checksum TEXT, dv_checksum TEXT, until_seq {int}",
+        " created_at {real} NOT NULL, retired_at {real}, checksum TEXT, dv_checksum TEXT, until_seq {int},"
+        " column_stats TEXT",
     ),
     (_LAYOUTS.split(" ", 1)[0], _LAYOUTS.split(" ", 1)[1][1:-1]),
     ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),

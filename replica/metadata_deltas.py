@@ -37,6 +37,7 @@ class NewDelta:
     schema_version: int = 1
     checksum: str | None = None  # SHA-256 of the file (htap.replica.warehouse)
     dv_checksum: str | None = None  # of its deletion-vector sidecar; None: no sidecar
+    column_stats: str | None = None  # JSON, htap.replica.column_stats.encode; None: not kept
 
 
 class DeltaRecords(MetadataDatabase):
@@ -100,10 +101,10 @@ class DeltaRecords(MetadataDatabase):
         for d in deltas:
             self._x(
                 "INSERT INTO deltas (table_id, part, path, min_seq, max_seq, rows, bytes, partial_rows, deletes,"
-                " unique_keys, schema_version, created_at, checksum, dv_checksum)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " unique_keys, schema_version, created_at, checksum, dv_checksum, column_stats)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (d.table_id, d.part, d.path, d.min_seq, d.max_seq, d.rows, d.bytes, d.partial_rows, d.deletes,
-                 int(d.unique_keys), d.schema_version, now, d.checksum, d.dv_checksum),
+                 int(d.unique_keys), d.schema_version, now, d.checksum, d.dv_checksum, d.column_stats),
             )
 
     _DELTA_COLUMNS = (
@@ -177,3 +178,9 @@ class DeltaRecords(MetadataDatabase):
             (table_id,),
         )
         return n, rows, size
+
+    def delta_column_stats(self, table_id: int) -> list[tuple[int, str | None]]:
+        """(row versions, column statistics JSON or None) of each live delta of a table
+        (htap.replica.column_stats)."""
+        return [(r, s) for r, s in self._all(
+            "SELECT rows, column_stats FROM deltas WHERE table_id = ? AND retired_at IS NULL", (table_id,))]

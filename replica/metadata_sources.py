@@ -31,7 +31,8 @@ class SourceRecords(MetadataDatabase):
                    "copy_seq", "max_safe_seq", "max_safe_time", "error", "partition_bounds", "failover",
                    "max_staleness_s", "schema_version", "partition_ids", "created_at"),
         "deltas": ("id", "table_id", "part", "path", "min_seq", "max_seq", "rows", "bytes", "partial_rows", "deletes",
-                   "unique_keys", "schema_version", "created_at", "checksum", "dv_checksum", "retired_at", "until_seq"),
+                   "unique_keys", "schema_version", "created_at", "checksum", "dv_checksum", "retired_at", "until_seq",
+                   "column_stats"),
         "layouts": ("table_id", "from_seq", "bounds", "ids", "created_at", "reason"),
         "truncations": ("table_id", "seq"),
     }

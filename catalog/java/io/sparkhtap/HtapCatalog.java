@@ -122,8 +122,11 @@ public class HtapCatalog implements TableCatalog {
     // the Python data source's inferSchema: that is a round trip to a Python planning worker per
     // table and query.
     StructType schema;
+    Map<String, FilterEstimate.Column> columns;
     try {
-      schema = StructType.fromDDL(Bridge.call(options, "table-schema", tableOptions.get("table")).get("ddl").asText());
+      com.fasterxml.jackson.databind.JsonNode answer = Bridge.call(options, "table-schema", tableOptions.get("table"));
+      schema = StructType.fromDDL(answer.get("ddl").asText());
+      columns = FilterEstimate.parse(answer.get("columns"));
     } catch (Bridge.NoSuchTable e) {
       throw new NoSuchTableException(ident);
     }
@@ -146,7 +149,7 @@ public class HtapCatalog implements TableCatalog {
         schema = new StructType(fields);
       }
     }
-    return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions, stats);
+    return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions, stats, columns);
   }
 
   private Table loadChanges(Identifier ident) throws NoSuchTableException {

@@ -78,14 +78,17 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   }
 
   private final long[] stats;
+  private final Map<String, FilterEstimate.Column> columns;  // the table's column statistics (FilterEstimate)
   private final JoinedTables joined = new JoinedTables();
   private Object[] tableSplit;  // JoinedTables.splitTable(stats), decided once per builder
 
-  HtapScanBuilder(String tableName, StructType tableSchema, Map<String, String> options, long[] stats) {
+  HtapScanBuilder(String tableName, StructType tableSchema, Map<String, String> options, long[] stats,
+                  Map<String, FilterEstimate.Column> columns) {
     this.tableName = tableName;
     this.tableSchema = tableSchema;
     this.options = options;
     this.stats = stats;
+    this.columns = columns;
     this.outputSchema = tableSchema;
   }
 
@@ -233,7 +236,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
   private JoinedTables tables() {
     if (joined.leaves.isEmpty()) {
       String qualified = options.get("table");
-      joined.leaves.add(new JoinedTables.Leaf(tableName, qualified, tableSchema, filter, stats));
+      joined.leaves.add(new JoinedTables.Leaf(tableName, qualified, tableSchema, filter, stats, columns));
       for (StructField f : tableSchema.fields()) {
         joined.outputs.add(new JoinedTables.Out(f.name(), 0, f.name(), f.dataType()));
       }
@@ -599,7 +602,8 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
 
   /**
    * Rows and bytes of the scan's output, from the tables' live deltas: bytes in proportion to
-   * the columns read (as Spark estimates a Parquet scan), null when unknown. A joined scan
+   * the columns read (as Spark estimates a Parquet scan), both scaled by the part of the rows the
+   * pushed filter keeps (FilterEstimate), null when unknown. A joined scan
    * reports the bytes it reads (no row count).
    */
   private long[] estimate() {
@@ -617,9 +621,15 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
     for (StructField f : tableSchema.fields()) all += f.dataType().defaultSize();
     double read = 0;
     for (StructField f : outputSchema.fields()) read += f.dataType().defaultSize();
-    long bytes = all <= 0 ? stats[1] : (long) Math.ceil(stats[1] * Math.min(1.0, Math.max(read, 1) / all));
-    if (limit >= 0 && aggregated == null) bytes = Math.min(bytes, Math.max(1, (long) limit * Math.max(1, (long) read)));
-    return new long[] {stats[0], Math.max(bytes, 1), stats.length > 2 ? stats[2] : -1};
+    double kept = FilterEstimate.selectivity(filter, columns, stats[0]);
+    double share = all <= 0 ? 1.0 : Math.min(1.0, Math.max(read, 1) / all);
+    long bytes = (long) Math.ceil(stats[1] * share * kept);
+    long rows = (long) Math.ceil(stats[0] * kept);
+    if (limit >= 0 && aggregated == null) {
+      bytes = Math.min(bytes, Math.max(1, (long) limit * Math.max(1, (long) read)));
+      rows = Math.min(rows, limit);
+    }
+    return new long[] {rows, Math.max(bytes, 1), stats.length > 2 ? stats[2] : -1};
   }
 
   /** What this builder pushed, as the plan the Python source reads (htap.rewrite.pushed). */

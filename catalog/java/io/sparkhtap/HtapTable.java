@@ -16,12 +16,15 @@ public class HtapTable implements SupportsRead {
   final StructType schema;
   final Map<String, String> options;
   private final long[] stats;  // row versions, bytes; null when unknown (system tables)
+  private final Map<String, FilterEstimate.Column> columns;  // column statistics; empty when unknown
 
-  HtapTable(String name, StructType schema, Map<String, String> options, long[] stats) {
+  HtapTable(String name, StructType schema, Map<String, String> options, long[] stats,
+            Map<String, FilterEstimate.Column> columns) {
     this.name = name;
     this.schema = schema;
     this.options = options;
     this.stats = stats;
+    this.columns = columns;
   }
 
   @Override
@@ -45,6 +48,6 @@ public class HtapTable implements SupportsRead {
     // CHAR(n) columns are strings to the reader: Spark pads what it compares them with itself
     // (its CHAR semantics), the pushed plan sees plain strings.
     StructType strings = (StructType) CharVarcharUtils.replaceCharVarcharWithStringInSchema(schema);
-    return new HtapScanBuilder(name, strings, options, stats);
+    return new HtapScanBuilder(name, strings, options, stats, columns);
   }
 }

@@ -32,25 +32,31 @@ final class JoinedTables {
     final List<ObjectNode> filter;  // conjuncts over the table's columns
     final LinkedHashSet<String> columns = new LinkedHashSet<>();
     final long[] stats;  // row versions, bytes of the live deltas, partitions (-1: unknown); null when unknown
+    final Map<String, FilterEstimate.Column> columnStats;  // FilterEstimate's
 
-    Leaf(String name, String qualified, StructType schema, List<ObjectNode> filter, long[] stats) {
+    Leaf(String name, String qualified, StructType schema, List<ObjectNode> filter, long[] stats,
+         Map<String, FilterEstimate.Column> columnStats) {
       this.name = name;
       this.qualified = qualified;
       this.schema = schema;
       this.filter = filter;
       this.stats = stats;
+      this.columnStats = columnStats;
     }
 
-    /** Bytes read of this table: its deltas' size in proportion to the columns read (as estimate()). */
+    /** Bytes read of this table: its deltas' size in proportion to the columns read and to the
+     *  rows its filter keeps (as HtapScanBuilder.estimate()). */
     long bytesRead() {
       if (stats == null) return -1;
+      double kept = FilterEstimate.selectivity(filter, columnStats, stats[0]);
       double all = 0;
       double read = 0;
       for (StructField f : schema.fields()) {
         all += f.dataType().defaultSize();
         if (columns.contains(f.name())) read += f.dataType().defaultSize();
       }
-      return all <= 0 ? stats[1] : (long) Math.ceil(stats[1] * Math.min(1.0, Math.max(read, 1) / all));
+      double share = all <= 0 ? 1.0 : Math.min(1.0, Math.max(read, 1) / all);
+      return Math.max(1, (long) Math.ceil(stats[1] * share * kept));
     }
   }
 
