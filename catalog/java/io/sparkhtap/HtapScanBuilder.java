@@ -670,7 +670,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
         if (orderKeys != null || limit >= 0) root = limited(root);
         List<ObjectNode> outs = new ArrayList<>();
         for (StructField f : outputSchema.fields()) outs.add(Ir.named(f.name(), Ir.col(f.name(), f.dataType())));
-        return Ir.text(Ir.plan(scans, project(root, outs), split));
+        return Ir.text(splitTasks(Ir.plan(scans, project(root, outs), split)));
       }
     }
     if (aggregated != null) {
@@ -683,7 +683,21 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       root = agg;
     }
     if (orderKeys != null || limit >= 0) root = limited(root);
-    return Ir.text(Ir.plan(scans, root, split));
+    ObjectNode plan = Ir.plan(scans, root, split);
+    return Ir.text(joined.joined() ? plan : splitTasks(plan));
+  }
+
+  /**
+   * A single table's aggregate, top-N or limit split by partitions runs as at most twice the
+   * cluster's task slots tasks, each over a run of neighbouring partitions (as a split subtree,
+   * SplitSubtree.Split.write): a Python task and a DuckDB query per partition cost more than the
+   * slots gain (TPC-H SF 10 Q1: 60 tasks for lineitem's 60 partitions). A plain row scan keeps
+   * one task per partition: Spark's operators above it take its partitions as their parallelism.
+   * (A system table, without statistics, is read by partitions as it is.)
+   */
+  private ObjectNode splitTasks(ObjectNode plan) {
+    if (plan.has("split") && pushedBeyondJoin() && stats != null) plan.put("split_tasks", 2 * JoinedTables.cores()[0]);
+    return plan;
   }
 
   private ObjectNode limited(ObjectNode child) {
@@ -722,7 +736,7 @@ public class HtapScanBuilder implements SupportsPushDownV2Filters, SupportsPushD
       if (oneTaskTable()) {
         how = " [" + reason + (completeAggregation ? "; aggregate complete in the scan" : "") + "]";
       } else if (aggregated != null || orderKeys != null || limit >= 0) {
-        how = " [" + (oneTask() ? "one task per partition: Spark finishes an AVG (not of a decimal(p, s) with 11 < p <= 28)"
+        how = " [" + (oneTask() ? "split by partitions: Spark finishes an AVG (not of a decimal(p, s) with 11 < p <= 28)"
             + " from partial sums and counts" : reason)
             + (aggregated != null ? "; partial aggregate" : "") + "]";
       }

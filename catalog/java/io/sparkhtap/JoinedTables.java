@@ -228,16 +228,16 @@ final class JoinedTables {
 
   /** Spark conf for a single table's scan with a pushed aggregate, top-N or limit: "auto"
    *  (default) reads it in one task unless the cost rule below says the cluster's task slots beat
-   *  one task; "true" always one task per partition (Spark then merges partial aggregates and
-   *  sorts again); "false" always one task. */
+   *  one task; "true" always split by partitions (runs of neighbouring partitions, at most twice
+   *  the task slots; Spark then merges partial aggregates and sorts again); "false" always one task. */
   static final String TABLE_SPLIT_CONF = "spark.htap.splitTableScans";
 
   /**
    * How a single table's scan is split when an aggregate, top-N or limit is pushed into it: -1
    * for one task, whose aggregate and top-N are then final (Spark plans no exchange and no final
-   * aggregate or sort of its own), or 0 for one task per partition; and why, for EXPLAIN. It is
+   * aggregate or sort of its own), or 0 for split by partitions; and why, for EXPLAIN. It is
    * {@link #split}'s cost rule with no other tables (S = 0): with C task slots, E cores for one
-   * task and P partitions, one task per partition only when min(C, P) > E. On one machine
+   * task and P partitions, split only when min(C, P) > E. On one machine
    * (local mode: C = E) one task always wins: every task of a partitioned scan pays a Python task
    * launch and the query a second stage, while one task runs DuckDB on all the cores.
    * {@code stats} are the table's (row versions, bytes, partitions) from the catalog; without
@@ -246,7 +246,7 @@ final class JoinedTables {
   static Object[] splitTable(long[] stats) {
     String mode = mode(TABLE_SPLIT_CONF,
         "auto: read a table's aggregate, top-N or limit in one task unless the cluster's task slots make splitting pay");
-    if (mode.equals("true")) return new Object[] {0, "one task per partition (" + TABLE_SPLIT_CONF + "=true)"};
+    if (mode.equals("true")) return new Object[] {0, "split by partitions (" + TABLE_SPLIT_CONF + "=true)"};
     if (mode.equals("false")) return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + TABLE_SPLIT_CONF + "=false"};
     long parts = stats != null && stats.length > 2 ? stats[2] : -1;
     if (parts < 0) return new Object[] {0, "one task per partition: the table's partitions are not known"};
@@ -254,7 +254,7 @@ final class JoinedTables {
     int[] cores = cores();
     String costs = String.format(java.util.Locale.ROOT, "%d partitions, %d task slots, %d cores for one task", parts, cores[0], cores[1]);
     if (Math.min(cores[0], parts) > cores[1]) {
-      return new Object[] {0, "one task per partition: " + costs + " (more slots than one task's cores)"};
+      return new Object[] {0, "split by partitions: " + costs + " (more slots than one task's cores)"};
     }
     return new Object[] {-1, "one task (DuckDB on all of the task's threads): " + costs
         + "; one task per partition would buy no parallelism one task lacks"};
@@ -269,20 +269,40 @@ final class JoinedTables {
     return mode;
   }
 
-  /** {task slots of the cluster, cores one task's DuckDB uses}: in local mode both are the local
-   *  cores; on a cluster, Spark's default parallelism and spark.executor.cores (else this
-   *  machine's cores, a guess). */
+  /**
+   * {task slots of the cluster, cores one task's DuckDB uses}. In local mode both are the local
+   * cores. When every executor runs on the driver's machine (Spark's local-cluster, a one-machine
+   * cluster), both are that machine's cores at most: a task's DuckDB takes the host's cores
+   * shared among the scan's tasks (htap.pushdown.datasource._size_duckdb_threads), so one task
+   * already has them all and more tasks add only their overhead (TPC-H SF 10 on
+   * local-cluster[2,1] on 2 cores: 64.9 s split against 48.9 s in one task). Otherwise Spark's
+   * default parallelism and spark.executor.cores (else this machine's cores, a guess).
+   */
   static int[] cores() {
+    int machine = Runtime.getRuntime().availableProcessors();
     try {
       org.apache.spark.SparkContext sc = org.apache.spark.sql.SparkSession.active().sparkContext();
       int slots = Math.max(1, sc.defaultParallelism());
       if (sc.isLocal()) return new int[] {slots, slots};
-      int executor = sc.getConf().getInt("spark.executor.cores", Runtime.getRuntime().availableProcessors());
+      if (oneMachine(sc)) return new int[] {Math.min(slots, machine), machine};
+      int executor = sc.getConf().getInt("spark.executor.cores", machine);
       return new int[] {slots, Math.max(1, Math.min(slots, executor))};
     } catch (RuntimeException e) {
-      int n = Runtime.getRuntime().availableProcessors();
-      return new int[] {n, n};
+      return new int[] {machine, machine};
     }
+  }
+
+  /** Whether every executor runs on the driver's host: local-cluster, or (once executors have
+   *  registered) no executor elsewhere. */
+  private static boolean oneMachine(org.apache.spark.SparkContext sc) {
+    if (sc.master().startsWith("local-cluster")) return true;
+    String driver = sc.getConf().get("spark.driver.host", "");
+    org.apache.spark.SparkExecutorInfo[] executors = sc.statusTracker().getExecutorInfos();
+    if (driver.isEmpty() || executors.length < 2) return false;  // the driver's own entry only: not known yet
+    for (org.apache.spark.SparkExecutorInfo e : executors) {
+      if (!e.host().equals(driver)) return false;
+    }
+    return true;
   }
 
   /** The tables as the plan's scans (from {@code first}, its index of the first table). */

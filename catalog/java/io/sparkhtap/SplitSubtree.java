@@ -255,37 +255,50 @@ final class SplitSubtree {
     }
 
     /**
-     * The largest table whose rows reach {@code top} (the split node's input) through row-wise
-     * operators alone, if every other table is co-partitioned with it ({@link #coPartitioned}:
+     * The table whose partitions become the tasks: the largest whose rows reach {@code top} (the
+     * split node's input) through row-wise operators alone, if every other table is co-partitioned with it ({@link #coPartitioned}:
      * each task reads its rows in the task's key range) or small enough to read in every task,
-     * and (mode "auto") the cost rule says the cluster's task slots pay for it.
+     * and (mode "auto") the cost rule says the cluster's task slots pay for it. When the largest
+     * cannot be split (one partition, a large table neither small nor co-partitioned), the next
+     * largest is tried: with filters seen by the estimates, a whole small dimension can outweigh
+     * a filtered fact table. Why not, otherwise: the largest table's reason.
      */
     static Split choose(PlanTranslator t, JsonNode json, JsonNode top, String mode) {
       Set<Integer> rowwise = new HashSet<>();
       preserved(top, rowwise);
       long threshold = SQLConf.get().autoBroadcastJoinThreshold();
-      int best = -1;
-      long bestBytes = -1;
       long[] bytes = new long[t.leaves.size()];
+      List<Integer> candidates = new ArrayList<>();
       for (int i = 0; i < t.leaves.size(); i++) {
         HtapScan s = (HtapScan) t.leaves.get(i).scan();
         bytes[i] = s.estimateStatistics().sizeInBytes().orElse(-1);
         if (bytes[i] < 0) return none(String.join(", ", s.tableNames()) + " has no size statistics");
         int k = t.leafScans.get(i);
-        if (k >= 0 && rowwise.contains(k) && bytes[i] > bestBytes) {
-          best = i;
-          bestBytes = bytes[i];
-        }
+        if (k >= 0 && rowwise.contains(k)) candidates.add(i);
       }
-      if (best < 0) {
+      if (candidates.isEmpty()) {
         return none("no table can be split: each is on the null-supplying side of an outer join, under a limit, window,"
             + " union or inner aggregate, or read with more than its filters pushed into it");
       }
-      HtapScan largest = (HtapScan) t.leaves.get(best).scan();
-      String name = String.join(", ", largest.tableNames());
+      candidates.sort((a, b) -> Long.compare(bytes[b], bytes[a]));
+      Split first = null;
+      for (int i : candidates) {
+        Split s = attempt(t, json, top, mode, i, bytes, threshold, i == candidates.get(0));
+        if (s.scan >= 0) return s;
+        if (first == null) first = s;
+      }
+      return first;
+    }
+
+    /** Split by the partitions of leaf {@code best}, if the other tables allow it and (auto) it pays. */
+    private static Split attempt(PlanTranslator t, JsonNode json, JsonNode top, String mode, int best, long[] bytes,
+                                 long threshold, boolean isLargest) {
+      long bestBytes = bytes[best];
+      HtapScan chosen = (HtapScan) t.leaves.get(best).scan();
+      String name = String.join(", ", chosen.tableNames());
       int k = t.leafScans.get(best);
-      Map<Integer, String> co = largest.partitionColumn() == null ? Map.of()
-          : coPartitioned(json, top, k, largest.partitionColumn());
+      Map<Integer, String> co = chosen.partitionColumn() == null ? Map.of()
+          : coPartitioned(json, top, k, chosen.partitionColumn());
       long alongside = 0;  // bytes read by the same key ranges as the split table's (one part per task)
       long whole = 0;  // bytes read in every task
       List<String> by = new ArrayList<>();
@@ -308,17 +321,17 @@ final class SplitSubtree {
           whole += bytes[i];
         }
       }
-      long parts = largest.partitions();
-      if (parts == 1) return none("the largest table, " + name + ", has one partition");
-      String why = "split by the partitions of " + name + " (largest, about " + bestBytes + " bytes"
+      long parts = chosen.partitions();
+      if (parts == 1) return none((isLargest ? "the largest table, " : "") + name + (isLargest ? "," : "") + " has one partition");
+      String why = "split by the partitions of " + name + " (" + (isLargest ? "largest, " : "") + "about " + bestBytes + " bytes"
           + (by.isEmpty() ? "" : "; read by its partitions' key ranges: " + String.join(", ", by))
           + (by.size() + 1 < t.leaves.size() ? "; every other table read whole in every task)" : ")");
-      if (mode.equals("true")) return new Split(k, co, why + " (" + CONF + "=true)", largest);
+      if (mode.equals("true")) return new Split(k, co, why + " (" + CONF + "=true)", chosen);
       StringBuilder costs = new StringBuilder();
       if (!JoinedTables.splitPays(bestBytes + alongside, name, whole, parts, costs)) {
         return none("splitting by the partitions of " + name + " buys no parallelism one task lacks; " + costs);
       }
-      return new Split(k, co, why + "; " + costs, largest);
+      return new Split(k, co, why + "; " + costs, chosen);
     }
 
     /**
