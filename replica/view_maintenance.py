@@ -40,8 +40,9 @@ import pyarrow as pa
 from htap import engine
 from htap.replica.merge import ident
 from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ
+from htap.rewrite.views import ROWS_STATE, ViewDefinition
 
-ROWS = "_rows"  # every view's COUNT(*) state: a group with none left is deleted
+ROWS = ROWS_STATE  # every view's COUNT(*) state: a group with none left is deleted
 FUNCTIONS = ("sum", "count", "min", "max")
 
 
@@ -74,6 +75,12 @@ class ViewShape:
         for a in self.aggregates:
             if a.fn == "sum" and a.arg not in counted:
                 raise ValueError(f"view aggregate {a.name}: SUM({a.arg}) needs a COUNT({a.arg}) beside it")
+
+    @classmethod
+    def of(cls, definition: ViewDefinition, key: tuple[str, ...] | list[str]) -> ViewShape:
+        """The shape of a parsed view over a base table keyed by `key`."""
+        kept = tuple(Aggregate(s.name, s.fn, s.arg) for s in definition.states if s.name != ROWS)
+        return cls(tuple(key), definition.groups, kept, definition.filter_sql)
 
     @property
     def extremes(self) -> tuple[Aggregate, ...]:

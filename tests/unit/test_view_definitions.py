@@ -1,0 +1,65 @@
+"""htap.rewrite.views: which view definitions the replica can keep exact, what it keeps for them,
+and the reason it gives for each it refuses."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from htap.rewrite.views import ROWS_STATE, Output, State, ViewDefinitionError, parse_view
+
+ORDERS = pa.schema([("id", pa.int64()), ("region", pa.string()), ("day", pa.date32()), ("status", pa.string()),
+                    ("amount", pa.decimal128(12, 2)), ("qty", pa.int32()), ("weight", pa.float64())])
+TABLES = {"shop.orders": ORDERS}
+
+
+def test_a_dashboard_view_keeps_counts_beside_its_sums_and_averages():
+    d = parse_view("SELECT region, day, sum(amount) AS revenue, count(*) AS orders, avg(qty), min(amount), max(day)"
+                   " FROM shop.orders WHERE status IN ('paid', 'shipped') AND day >= DATE '2024-01-01'"
+                   " GROUP BY region, day", TABLES)
+    assert d.table == "shop.orders" and d.groups == ("region", "day")
+    assert d.states == (State(ROWS_STATE, "count", None), State("_sum_amount", "sum", "amount"),
+                        State("_count_amount", "count", "amount"), State("_sum_qty", "sum", "qty"),
+                        State("_count_qty", "count", "qty"), State("_min_amount", "min", "amount"),
+                        State("_max_day", "max", "day"))
+    assert d.outputs == (Output("region", "group", (), "region"), Output("day", "group", (), "day"),
+                         Output("revenue", "sum", ("_sum_amount",), "amount"), Output("orders", "count", (ROWS_STATE,), None),
+                         Output("avg_qty", "avg", ("_sum_qty", "_count_qty"), "qty"),
+                         Output("min_amount", "min", ("_min_amount",), "amount"),
+                         Output("max_day", "max", ("_max_day",), "day"))
+    assert d.filter_sql == "status IN ('paid', 'shipped') AND day >= CAST('2024-01-01' AS DATE)"
+
+
+def test_an_aggregate_used_twice_is_kept_once():
+    d = parse_view("SELECT region, sum(qty) AS a, avg(qty) AS b, count(qty) AS c FROM shop.orders GROUP BY region", TABLES)
+    assert [s.name for s in d.states] == [ROWS_STATE, "_sum_qty", "_count_qty"]
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("SELECT region, count(DISTINCT status) FROM shop.orders GROUP BY region", "DISTINCT aggregate"),
+    ("SELECT region, sum(weight) FROM shop.orders GROUP BY region", "floating point"),
+    ("SELECT region, avg(weight) FROM shop.orders GROUP BY region", "floating point"),
+    ("SELECT region, sum(status) FROM shop.orders GROUP BY region", "is not a number"),
+    ("SELECT region, sum(qty * 2) FROM shop.orders GROUP BY region", "must be a column"),
+    ("SELECT upper(region), count(*) FROM shop.orders GROUP BY upper(region)", "expressions are not built yet"),
+    ("SELECT status, count(*) FROM shop.orders GROUP BY region", "not in GROUP BY"),
+    ("SELECT region, count(*) FROM shop.orders GROUP BY region HAVING count(*) > 1", "HAVING"),
+    ("SELECT region, count(*) FROM shop.orders GROUP BY region ORDER BY region", "ORDER BY"),
+    ("SELECT region, count(*) FROM shop.orders GROUP BY region LIMIT 5", "LIMIT"),
+    ("SELECT count(*) FROM shop.orders", "needs GROUP BY"),
+    ("SELECT o.region, count(*) FROM shop.orders o JOIN shop.orders p ON o.id = p.id GROUP BY o.region", "join"),
+    ("SELECT region, count(*) FROM shop.items GROUP BY region", "not an HTAP table of this source"),
+    ("SELECT region, count(*) FROM orders GROUP BY region", "<schema>.<table>"),
+    ("SELECT region, count(*) FROM shop.orders WHERE qty > id GROUP BY region", "only literals"),
+    ("SELECT region, count(*) FROM shop.orders WHERE status > 'b' GROUP BY region", "collation"),
+    ("SELECT region, count(*) FROM shop.orders WHERE region LIKE 'e%' GROUP BY region", "not maintainable"),
+    ("SELECT region, count(*) FROM shop.orders WHERE id IN (SELECT 1) GROUP BY region", "subquery"),
+    ("SELECT region, count(*) FROM shop.orders WHERE nope = 1 GROUP BY region", "no column 'nope'"),
+    ("SELECT region, count(*) AS n, sum(qty) AS n FROM shop.orders GROUP BY region", "two columns 'n'"),
+    ("SELECT region, rank() OVER (ORDER BY region) FROM shop.orders GROUP BY region", "window"),
+    ("DELETE FROM shop.orders", "one SELECT"),
+    ("SELECT region, count(* FROM shop.orders", "does not parse"),
+])
+def test_what_cannot_be_kept_exact_is_refused_with_the_reason(sql, reason):
+    with pytest.raises(ViewDefinitionError, match=reason):
+        parse_view(sql, TABLES)
