@@ -125,43 +125,61 @@ def _solve(distinct: int, draws: int) -> int:
     return max(distinct, round(math.exp(hi)))
 
 
-def combine(deltas: list[tuple[int, dict[str, ColumnStats]]], partition_column: str | None) -> dict[str, ColumnStats]:
-    """A table's statistics from its live deltas' (rows, statistics): a column is left out when
-    deltas holding most of the rows have no statistics for it (written before they were kept).
-    Distinct values: summed for the partition column (the deltas' key ranges do not overlap, up
-    to versions of one key); otherwise at least the largest delta's and at most their sum —
-    estimated from the largest delta as if its rows were drawn from the table's values."""
+def combine(deltas: list[tuple[int, str | None]], partition_column: str | None) -> dict[str, ColumnStats]:
+    """A table's statistics from its live deltas' (rows, statistics as `encode` wrote them, None
+    for a delta written before they were kept): a column is left out when deltas holding most of
+    the rows have none for it. Distinct values: summed for the partition column (the deltas' key
+    ranges do not overlap, up to versions of one key); otherwise at least the largest delta's and
+    at most their sum — estimated from the largest delta as if its rows were drawn from the
+    table's values. Vectorized over the deltas: a table may have thousands before compaction, and
+    this runs when Spark plans a query over it."""
     total = sum(rows for rows, _ in deltas)
-    names: dict[str, None] = {}
-    for _, stats in deltas:
-        names.update(dict.fromkeys(stats))
+    decoded = [(rows, json.loads(text)) for rows, text in deltas if text]
+    names = dict.fromkeys(name for _, stats in decoded for name in stats)
     out = {}
     for name in names:
-        have = [(rows, stats[name]) for rows, stats in deltas if name in stats]
-        covered = sum(rows for rows, _ in have)
-        if not have or covered * 2 < total:
+        have = [(rows, stats[name]) for rows, stats in decoded if name in stats]
+        rows = np.array([r for r, _ in have], dtype=np.int64)
+        covered = int(rows.sum())
+        if covered * 2 < total:
             continue
-        lows = [s.low for _, s in have if s.low is not None]
-        highs = [s.high for _, s in have if s.high is not None]
-        nulls = round(sum(s.nulls for _, s in have) * (total / covered)) if covered else 0
-        summed = sum(s.distinct for _, s in have)
+        lows = np.array([np.nan if v[0] is None else v[0] for _, v in have], dtype=np.float64)
+        highs = np.array([np.nan if v[1] is None else v[1] for _, v in have], dtype=np.float64)
+        nulls = np.array([v[2] for _, v in have], dtype=np.int64)
+        distinct = np.array([v[3] for _, v in have], dtype=np.int64)
+        summed = int(distinct.sum())
         if name == partition_column:
-            distinct = summed
+            estimate = summed
         else:
-            rows, largest = max(have, key=lambda h: h[0])
-            non_null = rows - largest.nulls
-            if largest.distinct >= 0.99 * non_null:
-                distinct = summed
+            largest = int(np.argmax(rows))
+            non_null = int(rows[largest] - nulls[largest])
+            d = int(distinct[largest])
+            if d >= 0.99 * non_null:
+                estimate = summed
             else:
-                distinct = _solve(largest.distinct, non_null) if largest.distinct else 0
-                distinct = max(max(s.distinct for _, s in have), min(distinct, summed))
-        out[name] = ColumnStats(min(lows) if lows else None, max(highs) if highs else None, nulls,
-                                min(distinct, max(total - nulls, 0)))
+                estimate = max(int(distinct.max()), min(_solve(d, non_null) if d else 0, summed))
+        all_nulls = round(int(nulls.sum()) * (total / covered)) if covered else 0
+        low = None if np.isnan(lows).all() else float(np.nanmin(lows))
+        high = None if np.isnan(highs).all() else float(np.nanmax(highs))
+        out[name] = ColumnStats(low, high, all_nulls, min(estimate, max(total - all_nulls, 0)))
     return out
+
+
+# A planning process's (the driver's bridge) statistics per table, until its live deltas change:
+# (store location, table id) -> ((live deltas, row versions, bytes), statistics).
+_TABLES: dict[tuple[str, int], tuple[tuple[int, int, int], dict[str, ColumnStats]]] = {}
+_TABLES_KEPT = 1024
 
 
 def of_table(store, table) -> dict[str, ColumnStats]:
     """A table's statistics over its live deltas (`store`: an open MetadataStore, `table`: its
-    TableInfo)."""
-    deltas = [(rows, decode(text)) for rows, text in store.delta_column_stats(table.id)]
-    return combine(deltas, table.key[0] if table.key else None)
+    TableInfo); combined again only when a checkpoint or a compaction changed its deltas."""
+    key, seen = (store.location, table.id), store.delta_stats(table.id)
+    kept = _TABLES.get(key)
+    if kept is not None and kept[0] == seen:
+        return kept[1]
+    stats = combine(store.delta_column_stats(table.id), table.key[0] if table.key else None)
+    if len(_TABLES) >= _TABLES_KEPT:
+        _TABLES.clear()
+    _TABLES[key] = (seen, stats)
+    return stats

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from htap.replica import column_stats as cs
-from htap.replica.models import OP, OP_DELETE, OP_UPSERT
+from htap.replica.metadata import MetadataStore, NewDelta
+from htap.replica.models import OP, OP_DELETE, OP_UPSERT, Column
 
 values = st.lists(st.one_of(st.none(), st.integers(-1000, 1000)), min_size=1, max_size=200)
 
@@ -60,7 +61,7 @@ def test_a_tables_statistics_stay_within_what_its_deltas_allow(deltas, partition
         nulls = min(nulls, rows)
         distinct = min(distinct, rows - nulls)
         parts.append((rows, {"v": cs.ColumnStats(float(-distinct), float(distinct), nulls, distinct)}))
-    (v,) = cs.combine(parts, "v" if partition else None).values()
+    (v,) = cs.combine([(r, cs.encode(s)) for r, s in parts], "v" if partition else None).values()
     total = sum(r for r, _ in parts)
     nulls = sum(s["v"].nulls for _, s in parts)
     assert v.nulls == nulls
@@ -74,9 +75,9 @@ def test_a_tables_statistics_stay_within_what_its_deltas_allow(deltas, partition
 
 
 def test_deltas_without_statistics_leave_a_column_out_unless_most_rows_have_them():
-    known = (900, {"v": cs.ColumnStats(0.0, 9.0, 0, 10)})
-    assert "v" in cs.combine([known, (100, {})], None)
-    assert cs.combine([(100, {"v": cs.ColumnStats(0.0, 9.0, 0, 10)}), (900, {})], None) == {}
+    known = cs.encode({"v": cs.ColumnStats(0.0, 9.0, 0, 10)})
+    assert "v" in cs.combine([(900, known), (100, None)], None)
+    assert cs.combine([(100, known), (900, None)], None) == {}
 
 
 def test_a_sampled_distinct_count_is_near_the_truth():
@@ -95,8 +96,25 @@ def test_overlapping_deltas_do_not_add_up_their_distinct_values():
     """Four deltas over the same 1,000 values (a non-partition column): about 1,000, not 4,000;
     four deltas of a key column's disjoint ranges: their sum."""
     rng = np.random.default_rng(3)
-    parts = [(50_000, cs.of_delta(pa.table({"v": pa.array(rng.integers(0, 1000, 50_000))}), ["v"])) for _ in range(4)]
+    parts = [(50_000, cs.encode(cs.of_delta(pa.table({"v": pa.array(rng.integers(0, 1000, 50_000))}), ["v"])))
+             for _ in range(4)]
     assert 900 <= cs.combine(parts, None)["v"].distinct <= 1100
-    keys = [(10_000, cs.of_delta(pa.table({"k": pa.array(np.arange(i * 10_000, (i + 1) * 10_000))}), ["k"]))
+    keys = [(10_000, cs.encode(cs.of_delta(pa.table({"k": pa.array(np.arange(i * 10_000, (i + 1) * 10_000))}), ["k"])))
             for i in range(4)]
     assert cs.combine(keys, "k")["k"].distinct == cs.combine(keys, None)["k"].distinct == 40_000
+
+
+def test_a_tables_statistics_follow_its_live_deltas(tmp_path):
+    """Combined once per set of live deltas: a checkpoint's new delta changes them, the same
+    deltas again give the kept answer; a delta without statistics counts only as rows."""
+    store = MetadataStore(tmp_path / "m.db", create=True)
+    t = store.add_table("src", "public", "t", [Column("id", "integer", False)], ["id"], "schema")
+    first = cs.encode({"id": cs.ColumnStats(1.0, 100.0, 0, 100)})
+    store.finish_copy(t.id, [NewDelta(t.id, "d0", 1, 1, 100, 1000, column_stats=first)], 1, None)
+    store.commit_checkpoint("src", [], 5, 0.0)
+    assert cs.of_table(store, t)["id"] == cs.ColumnStats(1.0, 100.0, 0, 100)
+    assert cs.of_table(store, t) is cs.of_table(store, t)
+    more = cs.encode({"id": cs.ColumnStats(101.0, 150.0, 0, 50)})
+    store.commit_checkpoint("src", [NewDelta(t.id, "d1", 6, 6, 50, 500, column_stats=more),
+                                    NewDelta(t.id, "d2", 7, 7, 10, 100)], 7, 1.0)
+    assert cs.of_table(store, t)["id"] == cs.ColumnStats(1.0, 150.0, 0, 150)
