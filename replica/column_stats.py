@@ -65,16 +65,24 @@ def of_delta(data: pa.Table, columns: list[str]) -> dict[str, ColumnStats]:
     sample = np.arange(0, data.num_rows, step) if step > 1 else None
     out = {}
     for name in columns:
-        if name not in data.column_names:
-            continue
+        if name not in data.column_names or not _flat(data.schema.field(name).type):
+            continue  # lists, structs, maps: no order, no distinct count worth an estimate
         column = data.column(name)
         nulls = column.null_count
-        low, high = _bounds(column)
-        values = column if sample is None else column.take(pa.array(sample))
-        seen = len(values) - values.null_count
-        distinct = pc.count_distinct(values).as_py() if seen else 0
+        try:
+            low, high = _bounds(column)
+            values = column if sample is None else column.take(pa.array(sample))
+            seen = len(values) - values.null_count
+            distinct = pc.count_distinct(values).as_py() if seen else 0
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+            continue  # a type Arrow cannot count or order: the column gets no estimate, the delta is stored
         out[name] = ColumnStats(low, high, nulls, _distinct(distinct, seen, data.num_rows - nulls))
     return out
+
+
+def _flat(t: pa.DataType) -> bool:
+    """A type of single values (not a list, struct, map or union)."""
+    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t))
 
 
 def _bounds(column: pa.ChunkedArray) -> tuple[float | None, float | None]:
