@@ -32,9 +32,8 @@ from htap.conf import SPARK_CONFIG_HINT, HtapConfig, cached_config
 from htap.connectors.registry import open_queryable, open_source
 from htap.errors import DAMAGE_PREFIX, ConfigError, DamagedReplicaError, HtapError, NoSuchTableError
 from htap.pushdown import plan_check, source_snapshot
-from htap.pushdown.spark_types import table_ddl
-from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA, is_system_table
-from htap.replica import column_stats
+from htap.pushdown.spark_types import table_answer
+from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
 from htap.replica.health import damaged, file_damage, mark_damaged
 from htap.replica.leases import release_queries, renew_queries
 from htap.replica.metadata import MetadataStore
@@ -153,17 +152,16 @@ def call(argv: list[str]) -> int:
                 if args.changes:
                     from htap.pushdown.change_feed import change_ddl
                 try:
-                    ddl = (change_ddl if args.changes else table_ddl)(store, source.name, schema, name)
+                    if args.changes:
+                        answer = {"ddl": change_ddl(store, source.name, schema, name)}
+                    else:
+                        answer = table_answer(store, source.name, schema, name)
                 except NoSuchTableError:
                     not_htap = _source_table_not_htap(cfg, source, schema, name)
                     if not_htap is None:
                         raise
                     print(not_htap, file=sys.stderr)
                     return EXIT_ERROR  # not Spark's bare TABLE_OR_VIEW_NOT_FOUND: say how to add it
-                answer = {"ddl": ddl}
-                if not args.changes and not is_system_table(schema, name):
-                    info = store.get_table(source.name, schema, name)
-                    answer["columns"] = {c: s.as_list() for c, s in column_stats.of_table(store, info).items()}
                 print(json.dumps(answer))
             elif args.command == "renew-leases":
                 renewed = renew_queries(store, args.owners, cfg.pin_ttl_s)

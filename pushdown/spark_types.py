@@ -79,16 +79,27 @@ def spark_ddl(schema: pa.Schema, stats: tuple[int, ...] | None = None, chars: di
 
 def table_ddl(store, source: str, schema: str, table: str) -> str:
     """The DDL Spark sees for an HTAP table (or a system table), statistics on its first column:
-    what the catalog's loadTable asks for, through the driver's bridge process (one metadata
-    read, no Python worker per table and query) or HtapDataSource.schema. `store` is an open
-    htap.replica.metadata.MetadataStore; a missing table raises NoSuchTableError."""
+    what HtapDataSource.schema asks for. `store` is an open htap.replica.metadata.MetadataStore;
+    a missing table raises NoSuchTableError."""
+    return table_answer(store, source, schema, table, with_columns=False)["ddl"]
+
+
+def table_answer(store, source: str, schema: str, table: str, with_columns: bool = True) -> dict:
+    """What the catalog's loadTable asks the driver's bridge process for (one metadata read, no
+    Python worker per table and query): the table's DDL, statistics on its first column, and
+    (`columns`) its column statistics by name as [low, high, nulls, distinct]
+    (htap.replica.column_stats; none for system tables)."""
     from htap.pushdown.system_tables import SCHEMAS, is_system_table
+    from htap.replica import column_stats
     from htap.replica.partitions import decode_bounds, partition_count
 
     if is_system_table(schema, table):
-        return spark_ddl(SCHEMAS[table])
+        return {"ddl": spark_ddl(SCHEMAS[table])}
     info = store.get_table(source, schema, table)
-    _deltas, rows, size = store.delta_stats(info.id)
+    seen = store.delta_stats(info.id)
     parts = partition_count(decode_bounds(info.partition_bounds_b64))
-    stats = (rows, size, parts, info.arrow_schema.names.index(info.key[0]))
-    return spark_ddl(info.arrow_schema, stats, char_lengths(info.columns))
+    stats = (seen[1], seen[2], parts, info.arrow_schema.names.index(info.key[0]))
+    answer: dict = {"ddl": spark_ddl(info.arrow_schema, stats, char_lengths(info.columns))}
+    if with_columns:
+        answer["columns"] = {c: s.as_list() for c, s in column_stats.of_table(store, info, seen).items()}
+    return answer

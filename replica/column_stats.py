@@ -179,10 +179,11 @@ _TABLES: dict[tuple[str, int], tuple[tuple[int, int, int], dict[str, ColumnStats
 _TABLES_KEPT = 1024
 
 
-def of_table(store, table) -> dict[str, ColumnStats]:
+def of_table(store, table, seen: tuple[int, int, int] | None = None) -> dict[str, ColumnStats]:
     """A table's statistics over its live deltas (`store`: an open MetadataStore, `table`: its
-    TableInfo); combined again only when a checkpoint or a compaction changed its deltas."""
-    key, seen = (store.location, table.id), store.delta_stats(table.id)
+    TableInfo, `seen`: its `store.delta_stats` if just read); combined again only when a
+    checkpoint or a compaction changed its deltas."""
+    key, seen = (store.location, table.id), seen or store.delta_stats(table.id)
     kept = _TABLES.get(key)
     if kept is not None and kept[0] == seen:
         return kept[1]

@@ -243,17 +243,24 @@ def _unsafe_groups(con, shape: ViewShape) -> pa.Table | None:
 def _recomputed_sql(shape: ViewShape, cuts: list[int]) -> str:
     """MIN/MAX of the unsafe groups at each seq they change: the extreme of the value kept from P
     by the rows the checkpoint leaves alone (only before the first truncation) and of the values
-    of the lifetimes alive at that seq."""
-    parts = [f"{_g(shape, 'r')}r.seq"]
+    of the lifetimes alive at that seq (one range join of those seqs with the lifetimes)."""
+    at = f"SELECT {_g(shape, 'r')}r.seq, r.epoch FROM running r JOIN unsafe_groups u ON {_same_group(shape, 'r', 'u')}"
+    alive = ", ".join(f"{a.fn}(l.{ident(a.arg)}) AS {ident(a.name)}" for a in shape.extremes)
+    parts = [f"{_g(shape, 'c')}c.seq"]
     for a in shape.extremes:
         pick = "least" if a.fn == "min" else "greatest"
-        alive = (f"(SELECT {a.fn}(l.{ident(a.arg)}) FROM lifetimes l WHERE {_same_group(shape, 'l', 'r')}"
-                 f" AND l.from_seq <= r.seq AND (l.to_seq IS NULL OR l.to_seq > r.seq))")
-        parts.append(f"{pick}(CASE WHEN r.epoch = 0 THEN k.{ident(a.name)} END, {alive}) AS {ident(a.name)}")
+        parts.append(f"{pick}(CASE WHEN c.epoch = 0 THEN k.{ident(a.name)} END, v.{ident(a.name)}) AS {ident(a.name)}")
     return f"""
-        CREATE TEMP TABLE recomputed AS SELECT {', '.join(parts)}
-        FROM running r JOIN unsafe_groups u ON {_same_group(shape, 'r', 'u')}
-        LEFT JOIN kept_extremes k ON {_same_group(shape, 'r', 'k')}
+        CREATE TEMP TABLE recomputed AS
+        WITH changed AS ({at}), alive AS (
+            SELECT {_g(shape, 'c')}c.seq, {alive}
+            FROM changed c JOIN lifetimes l ON {_same_group(shape, 'l', 'c')}
+                 AND l.from_seq <= c.seq AND (l.to_seq IS NULL OR l.to_seq > c.seq)
+            GROUP BY ALL
+        )
+        SELECT {', '.join(parts)}
+        FROM changed c LEFT JOIN kept_extremes k ON {_same_group(shape, 'c', 'k')}
+        LEFT JOIN alive v ON {_same_group(shape, 'c', 'v')} AND v.seq = c.seq
     """
 
 

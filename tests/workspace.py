@@ -32,9 +32,9 @@ HTAP = [sys.executable, "-m", "htap.app.cli"]
 DEADLINE_S = float(os.environ.get("HTAP_TEST_DEADLINE_S", "300"))
 
 
-def wait_until(predicate, timeout: float | None, what: str, interval: float = 0.05):
-    """Poll `predicate` until it returns a truthy value; fail naming `what` after `timeout` s
-    (None: DEADLINE_S)."""
+def wait_until(predicate, timeout: float | None, what, interval: float = 0.05):
+    """Poll `predicate` until it returns a truthy value; fail naming `what` (a string, or a
+    callable giving it then: the state that was waited on) after `timeout` s (None: DEADLINE_S)."""
     timeout = DEADLINE_S if timeout is None else timeout
     deadline = time.monotonic() + timeout
     while True:
@@ -42,7 +42,7 @@ def wait_until(predicate, timeout: float | None, what: str, interval: float = 0.
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 
@@ -120,7 +120,10 @@ class BaseWorkspace:
 
     def wait_seq(self, name: str, seq: int, timeout: float | None = None, schema: str | None = None) -> None:
         """Wait until the replica's max safe seq of a table reaches `seq`."""
-        wait_until(lambda: (self.table(name, schema).max_safe_seq or -1) >= seq, timeout, f"{name} to reach seq {seq}")
+        def what() -> str:
+            t = self.table(name, schema)
+            return f"{name} to reach seq {seq} (it is {t.state} at seq {t.max_safe_seq}{': ' + t.error if t.error else ''})"
+        wait_until(lambda: (self.table(name, schema).max_safe_seq or -1) >= seq, timeout, what)
 
     def source_seq(self) -> int:
         """The seq of the source's newest commit (what `wait_caught_up` waits for)."""

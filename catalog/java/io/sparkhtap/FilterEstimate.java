@@ -88,26 +88,17 @@ final class FilterEstimate {
     if (conjuncts.isEmpty() || columns == null || columns.isEmpty() || rows <= 0 || !enabled()) return 1.0;
     List<JsonNode> flat = new ArrayList<>();
     for (ObjectNode c : conjuncts) flatten(c, flat);
-    Map<String, double[]> ranges = new LinkedHashMap<>();  // column -> [from, to] its range conjuncts allow
+    Map<String, Range> ranges = new LinkedHashMap<>();  // column -> the range its range conjuncts allow
     double s = 1.0;
     for (JsonNode c : flat) {
       Bound b = bound(c, columns);
       if (b == null) {
         s *= of(c, columns, rows);
-        continue;
+      } else {
+        ranges.computeIfAbsent(b.column, k -> new Range()).add(b);
       }
-      double[] r = ranges.computeIfAbsent(b.column, k -> new double[] {Double.NEGATIVE_INFINITY, Double.POSITIVE_INFINITY});
-      if (b.upper) r[1] = Math.min(r[1], b.value);
-      else r[0] = Math.max(r[0], b.value);
     }
-    for (Map.Entry<String, double[]> e : ranges.entrySet()) {
-      Column c = columns.get(e.getKey());
-      double from = Math.max(e.getValue()[0], c.low);
-      double to = Math.min(e.getValue()[1], c.high);
-      double width = c.high - c.low;
-      double part = to < from ? 0.0 : width <= 0 ? 1.0 : (to - from) / width;
-      s *= nonNull(c, rows) * part;
-    }
+    for (Map.Entry<String, Range> e : ranges.entrySet()) s *= e.getValue().kept(columns.get(e.getKey()), rows);
     return Math.min(1.0, Math.max(s, 1.0 / rows));
   }
 
@@ -124,11 +115,45 @@ final class FilterEstimate {
     final String column;
     final double value;
     final boolean upper;
+    final boolean strict;  // < or >: the value itself is outside
 
-    Bound(String column, double value, boolean upper) {
+    Bound(String column, double value, boolean upper, boolean strict) {
       this.column = column;
       this.value = value;
       this.upper = upper;
+      this.strict = strict;
+    }
+  }
+
+  /** The values a column's range conjuncts allow together: one interval, each end open or closed. */
+  private static final class Range {
+    double from = Double.NEGATIVE_INFINITY;
+    double to = Double.POSITIVE_INFINITY;
+    boolean fromOpen;
+    boolean toOpen;
+
+    void add(Bound b) {
+      if (b.upper && (b.value < to || b.value == to && b.strict)) {
+        to = b.value;
+        toOpen = b.strict;
+      } else if (!b.upper && (b.value > from || b.value == from && b.strict)) {
+        from = b.value;
+        fromOpen = b.strict;
+      }
+    }
+
+    /** The fraction of rows in the range: the part of [low, high] it covers (values spread evenly). */
+    double kept(Column c, long rows) {
+      double part;
+      if (c.high - c.low <= 0) {  // one value: in the range or not
+        boolean in = (c.low > from || c.low == from && !fromOpen) && (c.low < to || c.low == to && !toOpen);
+        part = in ? 1.0 : 0.0;
+      } else {
+        double lo = Math.max(from, c.low);
+        double hi = Math.min(to, c.high);
+        part = hi < lo ? 0.0 : (hi - lo) / (c.high - c.low);
+      }
+      return nonNull(c, rows) * part;
     }
   }
 
@@ -145,7 +170,7 @@ final class FilterEstimate {
     double v = number(lit.get("lit"));
     if (Double.isNaN(v)) return null;
     if (flipped) op = flip(op);
-    return new Bound(col.get("col").asText(), v, op.startsWith("<"));
+    return new Bound(col.get("col").asText(), v, op.startsWith("<"), op.length() == 1);
   }
 
   private static double of(JsonNode e, Map<String, Column> columns, long rows) {
@@ -179,41 +204,33 @@ final class FilterEstimate {
         }
         return nonNull(c, rows) * Math.min(1.0, (double) n / c.distinct);
       }
-      case "=": case "<=>": case "<>": case "<": case "<=": case ">": case ">=":
-        return compare(op, args, columns, rows);
+      case "=": case "<=>": case "<>":
+        return equality(op, args, columns, rows);
+      case "<": case "<=": case ">": case ">=": {  // alone (under OR or NOT): its own range
+        Bound b = bound(e, columns);
+        if (b == null) return 1.0;
+        Range r = new Range();
+        r.add(b);
+        return r.kept(columns.get(b.column), rows);
+      }
       default:
         return 1.0;
     }
   }
 
-  /** A comparison of a column with a literal (either side). */
-  private static double compare(String op, JsonNode args, Map<String, Column> columns, long rows) {
+  /** {@code =}, {@code <=>} or {@code <>} of a column and a literal (either side). */
+  private static double equality(String op, JsonNode args, Map<String, Column> columns, long rows) {
     if (args.size() != 2) return 1.0;
     boolean flipped = !args.get(0).has("col");
     JsonNode col = flipped ? args.get(1) : args.get(0);
     JsonNode lit = flipped ? args.get(0) : args.get(1);
     Column c = column(col, columns);
     if (c == null || !lit.has("lit") || lit.get("lit").path("type").asText().equals("null")) return 1.0;
-    if (flipped) op = flip(op);
-    double kept = nonNull(c, rows);
-    if (op.equals("=") || op.equals("<=>") || op.equals("<>")) {
-      double v = number(lit.get("lit"));
-      boolean outside = c.ranged() && !Double.isNaN(v) && (v < c.low || v > c.high);
-      double eq = outside ? 0.0 : c.distinct > 0 ? 1.0 / c.distinct : 1.0;
-      if (eq >= 1.0 && !op.equals("<>")) return 1.0;
-      return kept * (op.equals("<>") ? 1.0 - eq : eq);
-    }
     double v = number(lit.get("lit"));
-    if (!c.ranged() || Double.isNaN(v)) return 1.0;
-    double width = c.high - c.low;
-    double below;  // the part of [low, high] below v (with v itself for <=)
-    if (width <= 0) {
-      below = v < c.low ? 0.0 : v > c.low ? 1.0 : op.equals("<=") || op.equals(">") ? 1.0 : 0.0;
-    } else {
-      below = Math.min(1.0, Math.max(0.0, (v - c.low) / width));
-    }
-    double part = op.equals("<") || op.equals("<=") ? below : 1.0 - below;
-    return kept * part;
+    boolean outside = c.ranged() && !Double.isNaN(v) && (v < c.low || v > c.high);
+    double eq = outside ? 0.0 : c.distinct > 0 ? 1.0 / c.distinct : 1.0;
+    if (eq >= 1.0 && !op.equals("<>")) return 1.0;
+    return nonNull(c, rows) * (op.equals("<>") ? 1.0 - eq : eq);
   }
 
   private static String flip(String op) {
