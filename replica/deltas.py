@@ -98,13 +98,16 @@ Entries = Callable[[str, pa.Table], pa.Table]
 
 
 def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, part: int = 0, dv: Entries | None = None,
-                complete: Callable[[pa.Table], pa.Table] | None = None) -> NewDelta:
+                complete: Callable[[pa.Table], pa.Table] | None = None,
+                seen: Callable[[pa.Table], None] | None = None) -> NewDelta:
     """Write `data` (table columns, _seq, _op, optionally _unset and _ord) as one durable delta file.
 
     With `_ord`, versions are first sorted and collapsed per (key, seq); without it the caller
     guarantees that order. With `dv`, the deletion-vector entries it returns are written to the
     delta's sidecar and counted in its footer (htap.replica.dv) — unless some version is a
     partial update (reads of its partition then merge, until a base compaction fills it).
+    `seen` is shown the versions as they will be stored (sorted, partial updates completed)
+    before `dv` records what they supersede.
     """
     if UNSET_MASK not in data.column_names:
         data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, dtype=np.int64)))
@@ -118,6 +121,8 @@ def write_delta(warehouse: Warehouse | Path, table: TableInfo, data: pa.Table, p
         with phase("complete"):
             data = complete(data).select(target.names).cast(target)
         log.info("%s partition %d: %d partial updates completed at write time", table.qualified_name, part, arrived)
+    if seen is not None:
+        seen(data)
     warehouse = as_warehouse(warehouse)
     seqs = data.column(SEQ)
     rel = f"{partition_dir(table, part)}/{uuid.uuid4().hex}.parquet"
@@ -246,6 +251,19 @@ def _files(live: "Mapping[str, str | None] | list[str]") -> dict[str, str | None
     return dict(live) if isinstance(live, Mapping) else dict.fromkeys(live)
 
 
+@dataclasses.dataclass(frozen=True)
+class Changed:
+    """What a checkpoint changes in one partition of a table, as the views over it need it
+    (htap.replica.view_maintenance.group_changes): the versions it stores (sorted, partial
+    updates completed) and `before`, the newest live version of each key they change (as
+    stored: upserts and deletes, table columns, _seq, _op, _unset; keys never seen are absent)
+    — the key's row as of the last checkpoint, when it is an upsert."""
+
+    part: int
+    versions: pa.Table
+    before: pa.Table
+
+
 def write_partitioned(
     warehouse: Warehouse | Path,
     table: TableInfo,
@@ -253,6 +271,7 @@ def write_partitioned(
     live: "Callable[[int], Mapping[str, str | None] | list[str]] | None" = None,
     locks: ExitStack | None = None,
     store: MetadataStore | None = None,
+    changed: list[Changed] | None = None,
 ) -> list[NewDelta]:
     """One delta per partition that `data` touches. With `live` (a partition's live deltas:
     relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv),
@@ -265,7 +284,14 @@ def write_partitioned(
 
     With `locks` and `store`, the table's layout lock is taken first and the rows are routed
     by the layout the store has now (a repartition may have committed since `table` was read);
-    holding it until the commit keeps a repartition from committing in between."""
+    holding it until the commit keeps a repartition from committing in between.
+
+    With `changed` (and `live`), each partition's `Changed` is appended to it: its versions and
+    their keys' newest live versions, looked up in the key index before the delta supersedes
+    them. The live deltas are those committed, so with one call per table and checkpoint (as
+    the checkpointer makes) `before` is the table as of the last checkpoint."""
+    if changed is not None and live is None:
+        raise ValueError("write_partitioned: `changed` needs `live` (the key index finds the versions changed)")
     warehouse = as_warehouse(warehouse)
     if locks is not None and store is not None:
         with phase("layout_lock"):
@@ -300,7 +326,7 @@ def write_partitioned(
         data = _complete_moved(warehouse, table, data, splits, lock, live, index_of)
     for index, rows in split_by_partition(data, table.key[0], splits):
         part = layout.ids[index]
-        entries = complete = None
+        entries = complete = seen = None
         if live is not None:
             lock(part)
             older = _files(live(part))
@@ -320,8 +346,35 @@ def write_partitioned(
                 holding = {p: older[p] for p in sorted(set(targets.to_pylist()))}
                 with warehouse.local(holding) as root:
                     return dvs.complete(sorted_rows, key, table.arrow_schema.names, root, list(holding))
-        out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete if live is not None else None))
+
+            if changed is not None:
+                def seen(sorted_rows: pa.Table, part=part, keys=keys, older=older, current=current) -> None:
+                    with phase("before_images"):
+                        before = _newest_versions(warehouse, table, sorted_rows, keys, older, current)
+                    changed.append(Changed(part, sorted_rows, before))
+        out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete, seen=seen))
     return out
+
+
+def _newest_versions(warehouse: Warehouse, table: TableInfo, rows: pa.Table, keys: keyindex.KeyIndex,
+                     older: dict[str, str | None], current: Callable[[], keyindex.KeyIndex]) -> pa.Table:
+    """The newest version in the partition's live deltas (`older`) of each key in `rows`, read
+    from the rows the key index points to (only the row groups holding them)."""
+    key = list(table.key)
+    key_schema = pa.schema([table.arrow_schema.field(k) for k in key])
+    unique = rows.select(key).group_by(key, use_threads=False).aggregate([]).select(key).cast(key_schema)
+    with keys.lock:
+        targets, at, _ = current().where(unique)
+    targets = targets.to_pylist()
+    holding = {p: older[p] for p in sorted(set(targets))}
+    found = []
+    with warehouse.local(holding) as root:
+        for p in holding:
+            wanted = np.array([r for t, r in zip(targets, at.tolist()) if t == p], np.int64)
+            found.append(_read_rows(root / p, wanted, table.arrow_schema.names))
+    if not found:
+        return delta_schema(table.arrow_schema).empty_table()
+    return pa.concat_tables(found, promote_options="permissive").cast(delta_schema(table.arrow_schema))
 
 
 def _complete_moved(warehouse: Warehouse, table: TableInfo, data: pa.Table, splits, lock: Callable[[int], None],

@@ -27,7 +27,8 @@ versions, vectorized in DuckDB (no per-row Python):
 
 The caller reads the before-images and the states at P (the key indexes of the base and of the
 view, at P), writes the returned versions as the view's delta, and commits them with the base's
-deltas in one metadata transaction.
+deltas in one metadata transaction. `checkpoint_changes` turns what writing the base's deltas
+reported (htap.replica.deltas.Changed) into `versions` and `before`.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from htap import engine
+from htap.replica.deltas import Changed
 from htap.replica.merge import ident
-from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ
+from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, delta_schema
 from htap.rewrite.views import ROWS_STATE, ViewDefinition
 
 ROWS = ROWS_STATE  # every view's COUNT(*) state: a group with none left is deleted
@@ -94,6 +97,23 @@ class ViewShape:
 # at P that pass the filter and whose key the checkpoint does not change: the group columns and
 # one column per MIN/MAX aggregate, named as it (NULL: no value).
 Extremes = Callable[[pa.Table], pa.Table]
+
+
+def checkpoint_changes(changed: list[Changed], schema: pa.Schema, truncated_at: int | None) -> tuple[pa.Table, pa.Table]:
+    """`group_changes`' `versions` and `before` from what writing one checkpoint of the base
+    reported (`write_partitioned`'s `changed`): the versions stored (table columns, `_seq`,
+    `_op`), and each changed key's row as of the last checkpoint — its newest live version, if
+    that is an upsert the base's latest truncation (`truncated_at`: its seq, at or below P)
+    left alive. Live deltas older than a truncation stay until garbage collection; reads skip
+    them by the same floor."""
+    columns = [*schema.names, SEQ, OP]
+    stored = delta_schema(schema)
+    versions = pa.concat_tables([c.versions.select(stored.names).cast(stored) for c in changed] or [stored.empty_table()])
+    found = pa.concat_tables([c.before.cast(stored) for c in changed] or [stored.empty_table()])
+    alive = pc.equal(found.column(OP), OP_UPSERT)
+    if truncated_at is not None:
+        alive = pc.and_(alive, pc.greater_equal(found.column(SEQ), truncated_at))
+    return versions.select(columns), found.filter(alive).select(schema.names)
 
 
 def group_changes(shape: ViewShape, previous_seq: int, before: pa.Table, versions: pa.Table, old: pa.Table,

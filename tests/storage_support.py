@@ -13,9 +13,10 @@ from htap.ingest.buffer import TableBuffer
 from htap.pushdown.replica_reader import JoinedTableRead, read_joined, read_plan
 from htap.replica.deltas import write_partitioned
 from htap.replica.metadata import MetadataStore
-from htap.replica.models import Column, TableInfo, encode_schema
+from htap.replica.models import OP, OP_DELETE, SEQ, Column, TableInfo, encode_schema
 from htap.replica.partitions import encode_bounds
 from htap.replica.read_plans import plan_reads
+from htap.replica.view_maintenance import ViewShape
 from htap.rewrite.pushed import PushedPlan, table_plan
 
 SOURCE = "mem"
@@ -64,12 +65,13 @@ class DirectTable:
         self.buffer.truncate(seq)
         self.truncations.append((self.table.id, seq))
 
-    def checkpoint(self, seq: int) -> None:
+    def checkpoint(self, seq: int, changed: list | None = None) -> None:
         """As the checkpointer: each delta records the versions it supersedes (deletion
-        vectors) under its partition's writer lock, held until the commit."""
+        vectors) under its partition's writer lock, held until the commit. `changed`: as
+        write_partitioned's (what the checkpoint changes, for views)."""
         with ExitStack() as locks:
-            deltas = (write_partitioned(self.warehouse, self.table, self.buffer.drain(), self.live, locks, self.store)
-                      if len(self.buffer) else [])
+            deltas = (write_partitioned(self.warehouse, self.table, self.buffer.drain(), self.live, locks, self.store,
+                                        changed) if len(self.buffer) else [])
             self.store.commit_checkpoint(SOURCE, deltas, seq, self.store.clock(), self.truncations)
         self.truncations = []
         self.seq = seq
@@ -119,3 +121,34 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self._now += seconds
+
+
+class ViewVersions:
+    """A view's versions (htap.replica.view_maintenance.group_changes) and truncations, kept and
+    read at a seq as the replica keeps and reads a table."""
+
+    def __init__(self, shape: ViewShape):
+        self.shape = shape
+        self.versions: dict = {}  # group -> [(seq, states or None)]
+        self.truncations: list[int] = []
+
+    def add(self, rows: pa.Table, truncations: list[int]) -> None:
+        self.truncations += truncations
+        for r in rows.to_pylist():
+            group = tuple(r[c] for c in self.shape.groups)
+            states = None if r[OP] == OP_DELETE else tuple(r[c] for c in self.shape.state_columns())
+            self.versions.setdefault(group, []).append((r[SEQ], states))
+
+    def at(self, seq: int) -> dict:
+        floor = max([t for t in self.truncations if t <= seq], default=None)
+        out = {}
+        for group, versions in self.versions.items():
+            seen = [(s, states) for s, states in versions if s <= seq and (floor is None or s >= floor)]
+            if seen and seen[-1][1] is not None:
+                out[group] = seen[-1][1]
+        return out
+
+    def states_table(self, seq: int) -> pa.Table:
+        rows = [dict(zip(self.shape.groups, g)) | dict(zip(self.shape.state_columns(), s)) for g, s in self.at(seq).items()]
+        fields = [pa.field(c, pa.int64()) for c in self.shape.groups + tuple(self.shape.state_columns())]
+        return pa.Table.from_pylist(rows, schema=pa.schema(fields))

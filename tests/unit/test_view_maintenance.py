@@ -14,6 +14,8 @@ from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ
 from htap.replica.view_maintenance import ROWS, Aggregate, ViewShape, group_changes
 from htap.rewrite.views import parse_view
 
+from storage_support import ViewVersions
+
 AGGREGATES = (Aggregate("_count_x", "count", "x"), Aggregate("_sum_x", "sum", "x"), Aggregate("_min_x", "min", "x"),
               Aggregate("_max_x", "max", "x"))
 BASE = pa.schema([("k", pa.int64()), ("g", pa.int64()), ("x", pa.int64()), ("f", pa.int64())])
@@ -44,40 +46,10 @@ def _aggregate(rows: dict, shape: ViewShape) -> dict:
     return expected
 
 
-class _View:
-    """The view's stored versions and truncations, read at a seq as the replica reads a table."""
-
-    def __init__(self, shape: ViewShape):
-        self.shape = shape
-        self.versions: dict = {}  # group -> [(seq, states or None)]
-        self.truncations: list[int] = []
-
-    def add(self, rows: pa.Table, truncations: list[int]) -> None:
-        self.truncations += truncations
-        for r in rows.to_pylist():
-            group = tuple(r[c] for c in self.shape.groups)
-            states = None if r[OP] == OP_DELETE else tuple(r[c] for c in self.shape.state_columns())
-            self.versions.setdefault(group, []).append((r[SEQ], states))
-
-    def at(self, seq: int) -> dict:
-        floor = max([t for t in self.truncations if t <= seq], default=None)
-        out = {}
-        for group, versions in self.versions.items():
-            seen = [(s, states) for s, states in versions if s <= seq and (floor is None or s >= floor)]
-            if seen and seen[-1][1] is not None:
-                out[group] = seen[-1][1]
-        return out
-
-    def states_table(self, seq: int) -> pa.Table:
-        rows = [dict(zip(self.shape.groups, g)) | dict(zip(self.shape.state_columns(), s)) for g, s in self.at(seq).items()]
-        fields = [pa.field(c, pa.int64()) for c in self.shape.groups + tuple(self.shape.state_columns())]
-        return pa.Table.from_pylist(rows, schema=pa.schema(fields))
-
-
 def _run(shape: ViewShape, checkpoints) -> None:
     rows: dict = {}  # the base now: key -> (g, x, f)
     history = {0: {}}  # seq -> the base after it
-    view = _View(shape)
+    view = ViewVersions(shape)
     seq = previous = 0
     for checkpoint in checkpoints:
         versions, truncations, changed = [], [], set()
