@@ -425,6 +425,11 @@ RAISING_ABOVE_A_RESIDUAL = [  # the ILIKE's column reaches the top: the tree cou
     "SELECT d.id, d.name, e.id FROM {d} d JOIN {e} e ON d.x + 1 = e.id + 1 WHERE d.name ILIKE '%keep%'",
     "SELECT d.id, d.name FROM {d} d WHERE d.name ILIKE '%keep%'"
     " AND EXISTS (SELECT 1 FROM {e} e WHERE e.k = d.k AND d.x * 2 > e.id)",
+    "SELECT d.id, d.name FROM {d} d WHERE d.name ILIKE '%keep%' AND d.x + 1 > 0"
+    " AND d.k IN (SELECT k FROM {e})",  # one filter: the ILIKE lifted, the sum not pushed
+    # one scan (DSv2): the conjunct that can raise stays in Spark with the ILIKE
+    "SELECT id, name FROM {d} WHERE name ILIKE '%keep%' AND -s > -100",
+    "SELECT id FROM {d} WHERE x + 1 > 0 AND name ILIKE '%keep%'",
 ]
 
 

@@ -24,6 +24,16 @@ import org.apache.spark.sql.catalyst.expressions.CaseWhen;
 import org.apache.spark.sql.catalyst.expressions.Cast;
 import org.apache.spark.sql.catalyst.expressions.Cast$;
 import org.apache.spark.sql.catalyst.expressions.Coalesce;
+import org.apache.spark.sql.catalyst.expressions.Concat;
+import org.apache.spark.sql.catalyst.expressions.DayOfMonth;
+import org.apache.spark.sql.catalyst.expressions.Length;
+import org.apache.spark.sql.catalyst.expressions.Month;
+import org.apache.spark.sql.catalyst.expressions.Quarter;
+import org.apache.spark.sql.catalyst.expressions.StringTrim;
+import org.apache.spark.sql.catalyst.expressions.StringTrimLeft;
+import org.apache.spark.sql.catalyst.expressions.StringTrimRight;
+import org.apache.spark.sql.catalyst.expressions.Substring;
+import org.apache.spark.sql.catalyst.expressions.Year;
 import org.apache.spark.sql.catalyst.expressions.If;
 import org.apache.spark.sql.catalyst.expressions.In;
 import org.apache.spark.sql.catalyst.expressions.InSet;
@@ -184,16 +194,16 @@ final class PlanTranslator {
       int lifted = residuals.size();
       ObjectNode child = node(f.child(), false, liftable);
       if (child == null) return null;
-      boolean liftedBelow = residuals.size() > lifted;
       List<ObjectNode> kept = new ArrayList<>();
+      List<Expression> pushedHere = new ArrayList<>();
       for (Expression conjunct : conjuncts(f.condition())) {
         // Spark's dynamic partition pruning (a runtime filter on a scan, from the other side of a
         // join in this same tree): only drops rows that join would drop, so the tree drops it.
         if (conjunct instanceof DynamicPruning) continue;
         ObjectNode cond = expr(conjunct, f.child().output(), true, false);
-        if (cond != null && liftedBelow && !neverRaise(List.of(conjunct))) return null;
         if (cond != null) {
           kept.add(cond);
+          pushedHere.add(conjunct);
         } else if (liftable && conjunct.deterministic() && !SubqueryExpression.hasSubquery(conjunct)) {
           // Never a conjunct with a subquery: AQE plans subqueries once, from the first physical
           // plan, and re-plans the rest after each stage; a subquery that tree absorbed and a
@@ -205,6 +215,8 @@ final class PlanTranslator {
           return null;
         }
       }
+      // Conjuncts applied in the tree run before those lifted above it (here or below).
+      if (residuals.size() > lifted && !neverRaise(pushedHere)) return null;
       if (kept.isEmpty()) return child;
       operators.add("Filter");
       ObjectNode cond = kept.get(0);
@@ -304,13 +316,14 @@ final class PlanTranslator {
 
   /**
    * Whether evaluating these expressions never raises, whatever the row: columns, literals,
-   * comparisons, AND/OR/NOT, NULL tests, IN, CASE/IF/COALESCE, string tests and case changes,
-   * and casts that only widen. Spark evaluates a projection, a join condition or a filter above a
+   * comparisons, AND/OR/NOT, NULL tests, IN, CASE/IF/COALESCE, string tests, case changes,
+   * substrings, lengths, concatenation and trims, date parts, and casts that only widen. Spark evaluates a projection, a join condition or a filter above a
    * filter on the rows that filter keeps; a conjunct lifted above the tree (a residual) is applied
    * after them instead, so they see rows Spark's plan never shows them. Such a node is taken only
    * if nothing in it can raise (an ANSI overflow, a failed cast, a division by zero) on a row
    * Spark's filter would have dropped: fuzz seed 39 query 116, {@code GROUP BY -si5} under an
-   * ILIKE on a table holding si5 = -32768.
+   * ILIKE on a table holding si5 = -32768. (Filters over a single scan: {@link
+   * UntranslatablePredicates}.)
    */
   static boolean neverRaise(Iterable<?> exprs) {
     for (Object o : exprs) {
@@ -320,7 +333,10 @@ final class PlanTranslator {
           : e instanceof Attribute || e instanceof Literal || e instanceof Alias || e instanceof BinaryComparison
               || e instanceof And || e instanceof Or || e instanceof Not || e instanceof IsNull || e instanceof IsNotNull
               || e instanceof In || e instanceof InSet || e instanceof CaseWhen || e instanceof If
-              || e instanceof Coalesce || e instanceof StringPredicate || e instanceof Upper || e instanceof Lower;
+              || e instanceof Coalesce || e instanceof StringPredicate || e instanceof Upper || e instanceof Lower
+              || e instanceof Substring || e instanceof Length || e instanceof Concat || e instanceof StringTrim
+              || e instanceof StringTrimLeft || e instanceof StringTrimRight || e instanceof Year || e instanceof Month
+              || e instanceof DayOfMonth || e instanceof Quarter;
       if (!safe || !neverRaise(CollectionConverters.asJava(e.children()))) return false;
     }
     return true;
