@@ -18,12 +18,19 @@ from typing import Callable, Iterator
 from htap.conf import is_postgres_location
 from htap.errors import ConfigError, ReplicaError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # Partition history: the layout (split points, partition ids) that holds from `from_seq` on, until
 # the next one. Reads at a seq use the layout of that seq (htap.replica.repartition).
 _LAYOUTS = (
     "layouts (table_id {int} NOT NULL, from_seq {int} NOT NULL, bounds TEXT, ids TEXT NOT NULL,"
     " created_at {real} NOT NULL, reason TEXT, PRIMARY KEY (table_id, from_seq))"
+)
+# Derived views (issue 31): a view is a row of `tables` of kind 'view' (its stored groups, read and
+# kept like any replica table) and this row: the table it aggregates, its SQL and its parsed
+# definition (htap.rewrite.views.ViewDefinition, JSON).
+_VIEWS = (
+    "views (table_id {int} PRIMARY KEY, base_id {int} NOT NULL, sql TEXT NOT NULL, definition TEXT NOT NULL,"
+    " created_at {real} NOT NULL)"
 )
 # Stores of these versions are upgraded in place when opened: version -> its statements.
 _UPGRADES = {
@@ -31,6 +38,7 @@ _UPGRADES = {
     7: ["ALTER TABLE deltas ADD COLUMN until_seq {int}", "ALTER TABLE tables ADD COLUMN partition_ids TEXT",
         f"CREATE TABLE IF NOT EXISTS {_LAYOUTS}"],
     8: ["ALTER TABLE deltas ADD COLUMN column_stats TEXT"],
+    9: ["ALTER TABLE tables ADD COLUMN kind TEXT NOT NULL DEFAULT 'table'", f"CREATE TABLE IF NOT EXISTS {_VIEWS}"],
 }
 
 # Created on first use (stores made before it work unchanged): the exported source snapshot of a
@@ -58,7 +66,7 @@ _TABLES = [
         " columns_json TEXT NOT NULL, key_json TEXT NOT NULL, arrow_schema TEXT NOT NULL, state TEXT NOT NULL,"
         " copy_seq {int}, max_safe_seq {int}, max_safe_time {real}, error TEXT, partition_bounds TEXT,"
         " failover {int} NOT NULL DEFAULT 0, max_staleness_s {real}, schema_version {int} NOT NULL DEFAULT 1,"
-        " partition_ids TEXT, created_at {real} NOT NULL,"
+        " partition_ids TEXT, created_at {real} NOT NULL, kind TEXT NOT NULL DEFAULT 'table',"
         " UNIQUE (source, schema_name, table_name)",
     ),
     (
@@ -71,6 +79,7 @@ _TABLES = [
         " column_stats TEXT",
     ),
     (_LAYOUTS.split(" ", 1)[0], _LAYOUTS.split(" ", 1)[1][1:-1]),
+    (_VIEWS.split(" ", 1)[0], _VIEWS.split(" ", 1)[1][1:-1]),
     ("truncations", "table_id {int} NOT NULL, seq {int} NOT NULL, PRIMARY KEY (table_id, seq)"),
     ("safe_points", "source TEXT NOT NULL, seq {int} NOT NULL, at {real} NOT NULL, PRIMARY KEY (source, seq)"),
     (

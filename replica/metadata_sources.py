@@ -29,12 +29,13 @@ class SourceRecords(MetadataDatabase):
         "sources": ("name", "position", "position_time", "updated_at"),
         "tables": ("id", "source", "schema_name", "table_name", "columns_json", "key_json", "arrow_schema", "state",
                    "copy_seq", "max_safe_seq", "max_safe_time", "error", "partition_bounds", "failover",
-                   "max_staleness_s", "schema_version", "partition_ids", "created_at"),
+                   "max_staleness_s", "schema_version", "partition_ids", "created_at", "kind"),
         "deltas": ("id", "table_id", "part", "path", "min_seq", "max_seq", "rows", "bytes", "partial_rows", "deletes",
                    "unique_keys", "schema_version", "created_at", "checksum", "dv_checksum", "retired_at", "until_seq",
                    "column_stats"),
         "layouts": ("table_id", "from_seq", "bounds", "ids", "created_at", "reason"),
         "truncations": ("table_id", "seq"),
+        "views": ("table_id", "base_id", "sql", "definition", "created_at"),
     }
 
     def dump_source(self, source: str) -> dict[str, list[dict]]:
@@ -48,6 +49,7 @@ class SourceRecords(MetadataDatabase):
             "deltas": (f"(retired_at IS NULL OR until_seq IS NOT NULL) AND {mine}", (source,)),
             "layouts": (mine, (source,)),
             "truncations": (mine, (source,)),
+            "views": (mine, (source,)),
         }
         out = {}
         with self._tx():

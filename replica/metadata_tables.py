@@ -13,6 +13,7 @@ from htap.replica.models import (
     STATE_CATCHING_UP,
     STATE_COPYING,
     STATE_FAILED,
+    KIND_TABLE,
     STATE_PENDING,
     Column,
     Delta,
@@ -21,7 +22,7 @@ from htap.replica.models import (
 )
 
 
-def _columns_json(columns: list[Column]) -> str:
+def columns_json(columns: list[Column]) -> str:
     return json.dumps([[c.name, c.source_type, c.nullable, c.added_version, c.override] for c in columns])
 
 
@@ -33,7 +34,7 @@ class TableRecords(MetadataDatabase):
     _TABLE_COLUMNS = (
         "id, source, schema_name, table_name, columns_json, key_json, arrow_schema, state, copy_seq,"
         " max_safe_seq, max_safe_time, error, partition_bounds, failover, max_staleness_s, schema_version,"
-        " partition_ids"
+        " partition_ids, kind"
     )
 
     def add_table(
@@ -51,7 +52,7 @@ class TableRecords(MetadataDatabase):
                     source,
                     schema,
                     name,
-                    _columns_json(columns),
+                    columns_json(columns),
                     json.dumps(key),
                     arrow_schema,
                     STATE_PENDING,
@@ -79,11 +80,14 @@ class TableRecords(MetadataDatabase):
             raise NoSuchTableError(f"no HTAP table with id {table_id}")
         return self._table(row)
 
-    def list_tables(self, source: str | None = None) -> list[TableInfo]:
+    def list_tables(self, source: str | None = None, views: bool = False) -> list[TableInfo]:
+        """The source's (or every source's) tables; with `views`, its derived views too (a view
+        is never copied or streamed from the source: ingest lists tables only)."""
+        kinds = "" if views else f" AND kind = '{KIND_TABLE}'"
         if source is None:
-            rows = self._all(f"SELECT {self._TABLE_COLUMNS} FROM tables ORDER BY id")
+            rows = self._all(f"SELECT {self._TABLE_COLUMNS} FROM tables WHERE true{kinds} ORDER BY id")
         else:
-            rows = self._all(f"SELECT {self._TABLE_COLUMNS} FROM tables WHERE source = ? ORDER BY id", (source,))
+            rows = self._all(f"SELECT {self._TABLE_COLUMNS} FROM tables WHERE source = ?{kinds} ORDER BY id", (source,))
         return [self._table(r) for r in rows]
 
     @staticmethod
@@ -106,6 +110,7 @@ class TableRecords(MetadataDatabase):
             max_staleness_s=r[14],
             schema_version=r[15],
             partition_ids=None if r[16] is None else tuple(json.loads(r[16])),
+            kind=r[17],
         )
 
     def set_state(self, table_id: int, state: str, error: str | None = None) -> None:
@@ -117,7 +122,7 @@ class TableRecords(MetadataDatabase):
         with self._tx():
             self._x(
                 "UPDATE tables SET columns_json = ?, arrow_schema = ?, schema_version = ? WHERE id = ?",
-                (_columns_json(columns), arrow_schema, version, table_id),
+                (columns_json(columns), arrow_schema, version, table_id),
             )
 
     def redefine(self, table_id: int, columns: list[Column], key: list[str], arrow_schema: str) -> None:
@@ -125,7 +130,7 @@ class TableRecords(MetadataDatabase):
         with self._tx():
             self._x(
                 "UPDATE tables SET columns_json = ?, key_json = ?, arrow_schema = ?, schema_version = 1 WHERE id = ?",
-                (_columns_json([dataclasses.replace(c, added_version=1) for c in columns]), json.dumps(list(key)),
+                (columns_json([dataclasses.replace(c, added_version=1) for c in columns]), json.dumps(list(key)),
                  arrow_schema, table_id),
             )
 
@@ -135,7 +140,7 @@ class TableRecords(MetadataDatabase):
         with self._tx():
             self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (STATE_PENDING, reason, table_id))
             if columns is not None:
-                self._x("UPDATE tables SET columns_json = ? WHERE id = ?", (_columns_json(columns), table_id))
+                self._x("UPDATE tables SET columns_json = ? WHERE id = ?", (columns_json(columns), table_id))
 
     def fail_table(self, table_id: int, error: str) -> None:
         """The table cannot be followed any more (see STATE_FAILED); `error` says why and what to do."""
@@ -143,11 +148,16 @@ class TableRecords(MetadataDatabase):
             self._x("UPDATE tables SET state = ?, error = ? WHERE id = ?", (STATE_FAILED, error, table_id))
 
     def remove_table(self, table_id: int) -> None:
-        """Forget an HTAP table: its row, deltas, truncations, pins and scans (the caller deletes
-        its files)."""
+        """Forget an HTAP table (or a view): its row, deltas, truncations, pins and scans (the
+        caller deletes its files). A table that views aggregate is refused: drop them first."""
         with self._tx():
+            views = self._all("SELECT t.table_name FROM views v JOIN tables t ON t.id = v.table_id WHERE v.base_id = ?",
+                              (table_id,))
+            if views:
+                raise TableError(f"views {', '.join(sorted(r[0] for r in views))} aggregate this table: drop them first")
             for table, column in (("deltas", "table_id"), ("truncations", "table_id"), ("pins", "table_id"),
-                                  ("scans", "table_id"), ("layouts", "table_id"), ("tables", "id")):
+                                  ("scans", "table_id"), ("layouts", "table_id"), ("views", "table_id"),
+                                  ("tables", "id")):
                 self._x(f"DELETE FROM {table} WHERE {column} = ?", (table_id,))
 
     def forget_source(self, source: str) -> None:

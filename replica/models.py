@@ -20,6 +20,11 @@ BASE_PREFIX = "_base:"
 OP_UPSERT = 0
 OP_DELETE = 1
 
+# Kinds of replica tables: a source's table, or a derived view of one (htap.replica.metadata_views).
+KIND_TABLE = "table"
+KIND_VIEW = "view"
+VIEWS_SCHEMA = "views"  # the schema views are named in (`<catalog>.views.<name>`)
+
 # Table states.
 STATE_PENDING = "pending"  # added, initial copy not started
 STATE_COPYING = "copying"  # initial copy running; not readable
@@ -50,6 +55,7 @@ class TableInfo:
     max_staleness_s: float | None = None  # older replica state fails reads over to the source
     schema_version: int = 1  # logical schema version; each delta records the one it was written in
     partition_ids: tuple[int, ...] | None = None  # id of each current partition (None: 0, 1, ...)
+    kind: str = KIND_TABLE  # KIND_VIEW: a derived view, kept from its base table's checkpoints
 
     @property
     def layout(self) -> "Layout":

@@ -16,6 +16,8 @@ of its column (a sum over no value is NULL, not 0).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -60,6 +62,17 @@ class ViewDefinition:
     states: tuple[State, ...]
     outputs: tuple[Output, ...]
     filter_sql: str | None
+
+    def to_json(self) -> str:
+        """As the metadata store keeps it (`views.definition`)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ViewDefinition:
+        d = json.loads(text)
+        return cls(d["table"], tuple(d["groups"]), tuple(State(**x) for x in d["states"]),
+                   tuple(Output(x["name"], x["kind"], tuple(x["states"]), x["column"]) for x in d["outputs"]),
+                   d["filter_sql"])
 
 
 ROWS_STATE = "_rows"

@@ -190,3 +190,60 @@ def test_service_heartbeats_are_recorded_replaced_and_removed(store):
     assert [b["id"] for b in store.service_beats()] == ["h:1"]
     assert running_services(store.service_beats(), 1004.0 + SERVICE_STALE_S) != []
     assert running_services(store.service_beats(), 1004.0 + SERVICE_STALE_S + 1) == []
+
+
+def _view(store, base, name="by_v"):
+    from htap.rewrite.views import parse_view
+
+    sql = f"SELECT v, count(*) FROM public.{base.name} GROUP BY v"
+    definition = parse_view(sql, {f"public.{base.name}": pa.schema([("id", pa.int32()), ("v", pa.string())])})
+    columns = [Column("v", "text", True), Column("_rows", "bigint", False)]
+    return store.add_view(base, name, sql, definition, columns, ["v"], "view-schema"), definition
+
+
+def test_views_are_tables_of_their_own_that_ingest_never_lists(store, tmp_path):
+    t = add(store)
+    view, definition = _view(store, t)
+    assert view.base_id == t.id and view.definition == definition and view.table.kind == "view"
+    assert view.table.qualified_name == "views.by_v" and view.table.state == "pending" and view.table.key == ("v",)
+    assert store.get_table("src", "views", "by_v") == view.table  # read like any replica table
+    assert [x.name for x in store.list_tables("src")] == ["t"]  # ingest copies and streams tables only
+    assert [x.name for x in store.list_tables("src", views=True)] == ["t", "by_v"]
+    assert store.list_views("src") == store.views_of(t.id) == [view] == [store.get_view("src", "by_v")]
+    assert store.views_of(view.table.id) == [] and store.list_views("other") == []
+    with pytest.raises(TableError, match="already exists"):
+        _view(store, t)
+    with pytest.raises(NoSuchTableError, match=r"views\.nope is not a view of source 'src' \(its views: by_v\)"):
+        store.get_view("src", "nope")
+    with pytest.raises(TableError, match="views by_v aggregate this table: drop them first"):
+        store.remove_table(t.id)
+    # A checkpoint advances streaming tables only: a view not yet built stays unreadable.
+    store.start_copy(t.id)
+    store.finish_copy(t.id, [], 100, None)
+    store.commit_checkpoint("src", [], 120, 1000.0)
+    assert store.get_table("src", "public", "t").readable and not store.get_view("src", "by_v").table.readable
+    # Manifests keep views: a store rebuilt from one has them.
+    dump = store.dump_source("src")
+    if not is_postgres_location(store.location):
+        fresh = MetadataStore(tmp_path / "fresh.db", create=True)
+        fresh.restore_source(dump)
+        assert fresh.list_views("src") == [view]
+    store.remove_table(view.table.id)
+    assert store.list_views() == [] and store.list_tables("src", views=True) == [store.get_table("src", "public", "t")]
+    store.remove_table(t.id)
+
+
+def test_a_version_9_store_is_upgraded_in_place_with_its_tables_kept(tmp_path):
+    path = tmp_path / "old.db"
+    s = MetadataStore(path, create=True)
+    t = add(s)
+    with s.transaction():  # as version 9 left it: no views, no kinds
+        s._x("DROP TABLE views")
+        s._x("ALTER TABLE tables DROP COLUMN kind")
+        s._x("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    s.close()
+    s = MetadataStore(path)
+    assert s.get_table("src", "public", "t") == t and s.list_views() == []
+    view, _ = _view(s, t)
+    assert s.list_views() == [view]
+    s.close()
