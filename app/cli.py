@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -26,7 +27,7 @@ from htap.connectors.registry import open_source
 from htap.connectors.tables import OVERRIDE_TYPES, apply_overrides, keep_overrides, parse_overrides
 from htap.errors import ConfigError, HtapError, SourceError, TableError
 from htap.replica.metadata import MetadataStore
-from htap.replica.models import encode_schema
+from htap.replica.models import KIND_VIEW, Column, encode_schema
 from htap.replica.warehouse import open_warehouse
 
 log = logging.getLogger("htap")
@@ -188,6 +189,10 @@ def cmd_tables_remove(args) -> int:
     schema, name = _table_name(args.table)
     with MetadataStore(cfg.metadata) as store:
         table = store.get_table(source.name, schema, name)
+        views = store.views_of(table.id)
+        if views:
+            raise TableError(f"views {', '.join(v.name for v in views)} aggregate {schema}.{name}: drop them first"
+                             f" (`htap views drop <name>`)")
         try:
             print(open_source(source).unpublish(schema, name))
         except SourceError as e:
@@ -195,6 +200,64 @@ def cmd_tables_remove(args) -> int:
         store.remove_table(table.id)
     open_warehouse(cfg).delete_tree(table_dir(table))
     print(f"removed {schema}.{name} from source {source.name}: its metadata and delta files are gone")
+    return 0
+
+
+VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def cmd_views_create(args) -> int:
+    from htap.replica.view_maintenance import GROUP_KEY, ViewShape, view_schema  # loads DuckDB
+    from htap.rewrite.views import parse_view
+
+    if not VIEW_NAME.fullmatch(args.name):
+        raise ConfigError(f"a view's name is letters, digits and _ (not starting with a digit), not {args.name!r}")
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    with MetadataStore(cfg.metadata) as store:
+        tables = {t.qualified_name: t for t in store.list_tables(source.name)}
+        definition = parse_view(args.sql, {name: t.arrow_schema for name, t in tables.items()})
+        base = tables[definition.table]
+        schema = view_schema(ViewShape.of(definition, base.key), base.arrow_schema)
+        columns = [Column(f.name, str(f.type), f.name != GROUP_KEY) for f in schema]
+        view = store.add_view(base, args.name, args.sql, definition, columns, [GROUP_KEY], encode_schema(schema))
+    print(f"view {view.table.qualified_name} of {base.qualified_name} defined: a running `htap serve` builds it from"
+          f" the table at its next checkpoint, then keeps it at every checkpoint")
+    return 0
+
+
+def cmd_views_list(args) -> int:
+    cfg = _config(args)
+    with MetadataStore(cfg.metadata) as store:
+        for v in store.list_views():
+            base = store.table_by_id(v.base_id)
+            seq = "" if v.table.max_safe_seq is None else f"\tseq={v.table.max_safe_seq}"
+            error = f"\t{v.table.error}" if v.table.error else ""
+            print(f"{v.table.source}\t{v.table.qualified_name}\t{v.table.state}\tof {base.qualified_name}{seq}\t{v.sql}{error}")
+    return 0
+
+
+def cmd_views_drop(args) -> int:
+    from htap.replica.deltas import table_dir  # loads DuckDB
+
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    with MetadataStore(cfg.metadata) as store:
+        view = store.get_view(source.name, args.name)
+        store.remove_table(view.table.id)
+    open_warehouse(cfg).delete_tree(table_dir(view.table))
+    print(f"dropped view {view.table.qualified_name} of source {source.name}: its metadata and delta files are gone")
+    return 0
+
+
+def cmd_views_rebuild(args) -> int:
+    cfg = _config(args)
+    source = cfg.source(args.source)
+    with MetadataStore(cfg.metadata) as store:
+        view = store.get_view(source.name, args.name)
+        store.resync(view.table.id, "building again (htap views rebuild)")
+    print(f"view {view.table.qualified_name} (was {view.table.state}) will be built again from its table at the next"
+          f" checkpoint of a running `htap serve`")
     return 0
 
 
@@ -207,7 +270,7 @@ def cmd_sources_drop(args) -> int:
     for line in open_source(source).drop():  # fails (naming the process) while `htap serve` streams it
         print(line)
     with MetadataStore(cfg.metadata) as store:
-        tables = store.list_tables(source.name)
+        tables = sorted(store.list_tables(source.name, views=True), key=lambda t: t.kind != KIND_VIEW)  # views first
         for table in tables:
             store.remove_table(table.id)
             open_warehouse(cfg).delete_tree(table_dir(table))
@@ -444,6 +507,32 @@ def build_parser() -> argparse.ArgumentParser:
     rm.set_defaults(func=cmd_tables_remove)
     ls = t.add_parser("list", help="list HTAP tables")
     ls.set_defaults(func=cmd_tables_list)
+
+    vw = sub.add_parser("views", help="manage derived views (aggregates the replica keeps current)").add_subparsers(
+        dest="views_command", required=True, metavar="ACTION")
+    c = vw.add_parser(
+        "create",
+        help="define an aggregate view of an HTAP table, kept current at every checkpoint",
+        description="SQL: SELECT <group columns>, <SUM/COUNT/COUNT(*)/AVG/MIN/MAX of columns> FROM <schema>.<table>"
+        " [WHERE <column comparisons with literals>] GROUP BY <group columns>. What cannot be kept exactly (DISTINCT,"
+        " float sums, expressions, joins, HAVING, ...) is refused with the reason. A running `htap serve` builds the"
+        " view from the table at its next checkpoint and keeps it in the same metadata transaction as the table's"
+        " changes from then on; it is stored as the replica table views.<name> (its groups' states by a `_group` key).",
+    )
+    c.add_argument("name", help="the view's name (letters, digits, _)")
+    c.add_argument("--sql", required=True, help="the view's SELECT (Spark SQL)")
+    c.add_argument("--source", help="source name (default: the only one)")
+    c.set_defaults(func=cmd_views_create)
+    vl = vw.add_parser("list", help="list views: source, name, state, base table, seq, SQL (and an error)")
+    vl.set_defaults(func=cmd_views_list)
+    vd = vw.add_parser("drop", help="drop a view: its metadata and delta files")
+    vd.add_argument("name")
+    vd.add_argument("--source", help="source name (default: the only one)")
+    vd.set_defaults(func=cmd_views_drop)
+    vr = vw.add_parser("rebuild", help="build a view again from its table (a failed view, after its cause was fixed)")
+    vr.add_argument("name")
+    vr.add_argument("--source", help="source name (default: the only one)")
+    vr.set_defaults(func=cmd_views_rebuild)
 
     so = sub.add_parser("sources", help="manage sources").add_subparsers(dest="sources_command", required=True, metavar="ACTION")
     d = so.add_parser("drop", help="stop replicating a source: drop its slot and publication, remove its tables and its config section")

@@ -12,6 +12,9 @@ transaction: nothing is confirmed, and the changes stay buffered for the next at
 A table whose buffered values cannot be decoded or written fails alone: the same metadata
 transaction marks it failed (with the value and seq named) and advances everyone else, so one
 table never holds back its source.
+
+Derived views of the source's tables are built and kept in the same step (htap.ingest.views):
+their deltas and truncations join the base deltas' metadata transaction.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from htap.connectors.changes import DECODE_ERRORS, ChangeStream
 from htap.errors import PoisonError, TableError, WarehouseError
 from htap.ingest.applier import Failure, TransactionApplier
 from htap.ingest.failures import failure_message, log_failure
+from htap.ingest.views import ViewKeeper
 from htap.observe import CHECKPOINT_PHASE_SECONDS, CHECKPOINT_SECONDS, Phases, phase
 from htap.replica.deltas import delete_delta_files, write_partitioned
 from htap.replica.manifest import write_manifest
@@ -77,6 +81,7 @@ class Checkpointer:
         self.writer_store = writer_store or store
         self.source = source
         self.codec = codec
+        self.views = ViewKeeper(warehouse, source)
 
     def checkpoint(self, applier: TransactionApplier, stream: ChangeStream, oldest_commit: float | None = None) -> int:
         """Make everything the applier holds durable (call between transactions); returns the
@@ -102,6 +107,8 @@ class Checkpointer:
         failures, dropped = list(drained.failures), []
         deltas = []
         failed_ids = {f.table.id for f in failures}
+        with phase("views_prepare"):
+            changed = self.views.prepare(store)  # per base table with views: what its deltas change
         for table, data in drained.parts:
             if table.id in failed_ids:
                 continue
@@ -111,7 +118,7 @@ class Checkpointer:
                 return {d.path: d.checksum for d in store.deltas(table.id, part)} | {
                     d.path: d.checksum for d in deltas if d.table_id == table.id and d.part == part}
             try:
-                deltas += write_partitioned(self.warehouse, table, data, live, locks, store)
+                deltas += write_partitioned(self.warehouse, table, data, live, locks, store, changed.get(table.id))
             except WarehouseError as e:
                 # Before the metadata transaction: nothing of this checkpoint is visible or
                 # confirmed. The caller restarts the stream from the durable position.
@@ -133,6 +140,8 @@ class Checkpointer:
             (f.table.id, failure_message(self.source, self.codec, f.table, f.error, f.seq, "the change stream"))
             for f in failures
         ]
+        kept = self.views.write(store, changed, truncations, failed_ids, locks)  # in the same transaction
+        deltas, truncations, messages = deltas + kept.deltas, truncations + kept.truncations, messages + kept.failures
         with phase("metadata_commit"):
             orphans = store.commit_checkpoint(self.source, deltas, safe, time.time(), truncations, messages)
         for path in orphans + [d.path for d in unused]:

@@ -269,7 +269,7 @@ def collect_garbage(cfg: HtapConfig, store: MetadataStore) -> int:
     """Delete retired delta files that no live pin can read (nor, for those a repartition
     retired, a read inside the queryable window); returns how many."""
     lows = {}
-    for table in store.list_tables():
+    for table in store.list_tables(views=True):
         window = queryable_window(store, table, cfg.window_s)
         if window is not None:
             lows[table.id] = window.min_seq
@@ -292,7 +292,7 @@ def compaction_loop(cfg: HtapConfig, stop: threading.Event) -> None:
     try:
         while not stop.wait(cfg.compaction_interval_s):
             unsafe = False  # a manifest may still name retired deltas: collect no garbage this pass
-            for table in store.list_tables():
+            for table in store.list_tables(views=True):  # a view's deltas are compacted as a table's
                 if auto_recheckable(table) and store.clock() - rechecked.get(table.id, 0.0) >= RECHECK_INTERVAL_S:
                     rechecked[table.id] = store.clock()
                     try:

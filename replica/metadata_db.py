@@ -266,6 +266,11 @@ class MetadataDatabase:
         except Exception as e:  # noqa: BLE001 - any backend error here means "not a store"
             raise ReplicaError(f"{self.location} is not a spark-htap metadata store: run `htap init`") from e
         if row is not None and int(row[0]) in _UPGRADES:
+            if self.read_only:
+                raise ReplicaError(
+                    f"metadata store {self.location} has schema version {row[0]}, this spark-htap needs {SCHEMA_VERSION}:"
+                    f" it is upgraded in place when `htap serve`, a Spark driver or any `htap` command opens it, but"
+                    f" this process (a Spark executor) only reads it; restart `htap serve` after upgrading spark-htap")
             with self._tx():
                 types = {"int": self._db.int_type, "real": self._db.real_type}
                 for statement in _UPGRADES[int(row[0])]:

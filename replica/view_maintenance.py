@@ -46,6 +46,9 @@ from htap.replica.models import OP, OP_DELETE, OP_UPSERT, SEQ, delta_schema
 from htap.rewrite.views import ROWS_STATE, ViewDefinition
 
 ROWS = ROWS_STATE  # every view's COUNT(*) state: a group with none left is deleted
+# A view's stored key: its group's values as a JSON array (a NULL group is a group; keys cannot
+# be NULL), so that one version per group supersedes the last as any table's key does.
+GROUP_KEY = "_group"
 FUNCTIONS = ("sum", "count", "min", "max")
 
 
@@ -97,6 +100,35 @@ class ViewShape:
 # at P that pass the filter and whose key the checkpoint does not change: the group columns and
 # one column per MIN/MAX aggregate, named as it (NULL: no value).
 Extremes = Callable[[pa.Table], pa.Table]
+
+
+def backfill_sql(shape: ViewShape, relation: str) -> str:
+    """The view's states over `relation` (its base's rows at some seq), one row per group that
+    has a row passing the filter (no row for a global aggregate over no row): group columns and
+    states, named as `ViewShape.state_columns`."""
+    states = [f"count(*) AS {ident(ROWS)}"] + [f"{a.fn}({ident(a.arg)}) AS {ident(a.name)}" for a in shape.aggregates]
+    where = f" WHERE ({shape.filter_sql}) IS TRUE" if shape.filter_sql else ""
+    groups = ", ".join(ident(c) for c in shape.groups)
+    return (f"SELECT {groups + ', ' if groups else ''}{', '.join(states)} FROM {relation}{where}"
+            f"{' GROUP BY ' + groups if groups else ''} HAVING count(*) > 0")
+
+
+def keyed_sql(groups: list[str] | tuple[str, ...], relation: str) -> str:
+    """`relation`'s rows with the view's stored key (`GROUP_KEY`) in front."""
+    values = ", ".join(ident(c) for c in groups)
+    return f"SELECT json_array({values})::VARCHAR AS {ident(GROUP_KEY)}, * FROM {relation}"
+
+
+def view_schema(shape: ViewShape, base: pa.Schema) -> pa.Schema:
+    """The columns a view stores: its key, its group columns (typed as in the base) and its
+    states (counts BIGINT, sums DECIMAL(38, s), MIN/MAX as the column), as its build computes them."""
+    con = engine.cursor()
+    try:
+        con.register("base_rows", base.empty_table())
+        con.register("states", con.sql(backfill_sql(shape, "base_rows")).to_arrow_table())
+        return con.sql(keyed_sql(shape.groups, "states")).to_arrow_table().schema
+    finally:
+        con.close()
 
 
 def checkpoint_changes(changed: list[Changed], schema: pa.Schema, truncated_at: int | None) -> tuple[pa.Table, pa.Table]:

@@ -247,3 +247,13 @@ def test_a_version_9_store_is_upgraded_in_place_with_its_tables_kept(tmp_path):
     view, _ = _view(s, t)
     assert s.list_views() == [view]
     s.close()
+
+
+def test_an_old_store_opened_read_only_says_who_upgrades_it(tmp_path):
+    path = tmp_path / "old.db"
+    s = MetadataStore(path, create=True)
+    with s.transaction():
+        s._x("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    s.close()
+    with pytest.raises(ReplicaError, match="schema version 9, this spark-htap needs 10: it is upgraded in place when"):
+        MetadataStore(path, read_only=True)

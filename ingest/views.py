@@ -1,0 +1,193 @@
+"""Derived views kept at checkpoints (issue 31): the service builds each new view from its base
+table and then keeps it current in the same metadata transaction as the base's deltas, so a
+view read at seq S equals the aggregate of its base at S.
+
+At the start of a checkpoint (`prepare`), a pending view of a streaming base is built: the
+aggregate of the base at P (the source's durable position, which every streaming table and view
+has reached) written as one delta at seq P, the view then catching up from P like a copied table.
+A view whose base is copied again goes back to pending (rebuilt once the base streams again); one
+whose base failed fails too. Writing the base's deltas reports what they changed
+(htap.replica.deltas.Changed); `write` turns that into each view's new versions
+(htap.replica.view_maintenance.group_changes: signed contributions per group, MIN/MAX groups
+that lost their extreme recomputed from the base at P) and writes them as the view's delta. A
+view whose maintenance fails fails alone, with the error; a warehouse that does not store a
+delta fails the whole checkpoint, as for any table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from contextlib import ExitStack
+
+import pyarrow as pa
+
+from htap import engine
+from htap.errors import WarehouseError
+from htap.observe import phase
+from htap.replica.deltas import Changed, delete_delta_files, write_delta, write_partitioned
+from htap.replica.merge import ident
+from htap.replica.metadata import MetadataStore, NewDelta, ViewInfo
+from htap.replica.models import (
+    OP,
+    OP_UPSERT,
+    ORD,
+    SEQ,
+    STATE_CATCHING_UP,
+    STATE_FAILED,
+    STATE_PENDING,
+    STATE_STREAMING,
+    TableInfo,
+)
+from htap.replica.table_reads import rows_at
+from htap.replica.view_maintenance import ViewShape, backfill_sql, checkpoint_changes, group_changes, keyed_sql
+from htap.replica.warehouse import Warehouse
+
+log = logging.getLogger(__name__)
+HOLDER = "view maintenance"
+
+
+@dataclasses.dataclass
+class Kept:
+    """What keeping the views adds to a checkpoint's metadata transaction."""
+
+    deltas: list[NewDelta] = dataclasses.field(default_factory=list)
+    truncations: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    failures: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+
+class ViewKeeper:
+    """The views of one source, built and kept at its checkpoints (one checkpoint at a time)."""
+
+    def __init__(self, warehouse: Warehouse, source: str):
+        self.warehouse = warehouse
+        self.source = source
+        self._kept: list[tuple[ViewInfo, TableInfo]] = []  # this checkpoint's views to keep, with their bases
+        self._position: int | None = None
+
+    def prepare(self, store: MetadataStore) -> dict[int, list[Changed]]:
+        """Before a checkpoint writes its deltas: build pending views, move views of re-copied or
+        failed bases, and return an empty `changed` list per base table whose views are kept
+        (for `write_partitioned`)."""
+        self._kept, failures = [], []
+        self._position = store.source_position(self.source)
+        for view in store.list_views(self.source):
+            base = store.table_by_id(view.base_id)
+            state = view.table.state
+            if base.state == STATE_FAILED:
+                if state != STATE_FAILED:
+                    failures.append((view.table.id, f"view {view.name}: its base table {base.qualified_name} failed"
+                                                    f" ({base.error}); `htap views rebuild {view.name}` once it is copied again"))
+                continue
+            if base.state != STATE_STREAMING:
+                if state in (STATE_STREAMING, STATE_CATCHING_UP):
+                    store.resync(view.table.id, f"its base table {base.qualified_name} is being copied again")
+                continue
+            if state == STATE_PENDING and self._position is not None and base.max_safe_seq == self._position:
+                try:
+                    view = self._build(store, view, base, self._position)
+                except WarehouseError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - the view fails alone, with what went wrong
+                    failures.append((view.table.id, f"view {view.name} could not be built: {e}"))
+                    continue
+                state = view.table.state
+            if state in (STATE_STREAMING, STATE_CATCHING_UP):
+                self._kept.append((view, base))
+        self._failures = failures
+        return {base.id: [] for _, base in self._kept}
+
+    def _build(self, store: MetadataStore, view: ViewInfo, base: TableInfo, seq: int) -> ViewInfo:
+        """The view as of `seq`: the aggregate of its base then, one delta at `seq`."""
+        with phase("view_build"):
+            for path in store.start_copy(view.table.id):
+                delete_delta_files(self.warehouse, path)
+            shape = ViewShape.of(view.definition, base.key)
+            with rows_at(self.warehouse, store, base, seq, base.arrow_schema.names, HOLDER) as (con, rows):
+                states = con.sql(backfill_sql(shape, f"({rows})")).to_arrow_table()
+            data = _stored(states, shape, view.table, seq)
+            deltas = [write_delta(self.warehouse, view.table, data)] if data.num_rows else []
+            store.finish_copy(view.table.id, deltas, seq, None)
+        log.info("view %s built from %s at seq %s: %d groups", view.name, base.qualified_name, seq, data.num_rows)
+        return store.get_view(self.source, view.name)
+
+    def write(self, store: MetadataStore, changed: dict[int, list[Changed]], truncations: list[tuple[int, int]],
+              failed: set[int], locks: ExitStack) -> Kept:
+        """After the base deltas are written: each kept view's delta for this checkpoint, its
+        truncations and the views that failed (to commit with the base deltas)."""
+        kept = Kept(failures=list(self._failures))
+        previous = self._position
+        for view, base in self._kept:
+            if base.id in failed:
+                kept.failures.append((view.table.id, f"view {view.name}: its base table {base.qualified_name} failed"
+                                                     f" in this checkpoint; `htap views rebuild {view.name}` once it is copied again"))
+                continue
+            cuts = sorted(s for t, s in truncations if t == base.id)
+            reports = changed.get(base.id, [])
+            if previous is None or not (cuts or any(c.versions.num_rows for c in reports)):
+                continue
+            try:
+                with phase("views"):
+                    deltas = self._keep(store, view, base, previous, reports, cuts, locks)
+            except WarehouseError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the view fails alone, with what went wrong
+                kept.failures.append((view.table.id, f"view {view.name} could not be kept at this checkpoint: {e};"
+                                                     f" `htap views rebuild {view.name}` builds it again"))
+                continue
+            kept.deltas += deltas
+            kept.truncations += [(view.table.id, s) for s in cuts]
+        return kept
+
+    def _keep(self, store: MetadataStore, view: ViewInfo, base: TableInfo, previous: int, reports: list[Changed],
+              cuts: list[int], locks: ExitStack) -> list[NewDelta]:
+        shape = ViewShape.of(view.definition, base.key)
+        versions, before = checkpoint_changes(reports, base.arrow_schema, store.truncated_at(base.id, previous))
+        states = [*shape.groups, *shape.state_columns()]
+        with rows_at(self.warehouse, store, view.table, previous, states, HOLDER) as (con, rows):
+            old = con.sql(f"SELECT * FROM ({rows})").to_arrow_table()
+
+        def extremes(groups: pa.Table) -> pa.Table:
+            # MIN/MAX at P of the groups' rows the checkpoint leaves alone (a read of the base at P).
+            with rows_at(self.warehouse, store, base, previous, base.arrow_schema.names, HOLDER) as (con, rows):
+                con.register("__groups", groups)
+                con.register("__changed", versions.select(list(base.key)))
+                return con.sql(_extremes_sql(shape, f"({rows})")).to_arrow_table()
+
+        out = group_changes(shape, previous, before, versions, old, cuts, extremes)
+        if not out.num_rows:
+            return []
+        data = _stored(out, shape, view.table, None)
+        live = lambda part: {d.path: d.checksum for d in store.deltas(view.table.id, part)}  # noqa: E731
+        return write_partitioned(self.warehouse, view.table, data, live, locks, store)
+
+
+def _stored(rows: pa.Table, shape: ViewShape, table: TableInfo, seq: int | None) -> pa.Table:
+    """A view's rows (group columns and states, with `_seq`/`_op` unless all are upserts at
+    `seq`) as its delta stores them: keyed by `_group`, in its schema, with an order column."""
+    con = engine.cursor()
+    try:
+        con.register("__rows", rows)
+        data = con.sql(keyed_sql(shape.groups, "__rows")).to_arrow_table()
+    finally:
+        con.close()
+    if seq is not None:
+        data = data.append_column(SEQ, pa.array([seq] * data.num_rows, pa.int64()))
+        data = data.append_column(OP, pa.array([OP_UPSERT] * data.num_rows, pa.int8()))
+    data = data.append_column(ORD, pa.array(range(data.num_rows), pa.int64()))
+    columns = [*table.arrow_schema.names, SEQ, OP, ORD]
+    types = [*table.arrow_schema.types, pa.int64(), pa.int8(), pa.int64()]
+    return pa.table([data.column(c).cast(t) for c, t in zip(columns, types)], names=columns)
+
+
+def _extremes_sql(shape: ViewShape, base: str) -> str:
+    """MIN/MAX per asked group (`__groups`) over the base's rows that pass the view's filter and
+    whose key is not in `__changed`."""
+    same = " AND ".join(f"g.{ident(c)} IS NOT DISTINCT FROM b.{ident(c)}" for c in shape.groups) or "true"
+    passes = f"({shape.filter_sql}) IS TRUE" if shape.filter_sql else "true"
+    keys = " AND ".join(f"c.{ident(k)} = b.{ident(k)}" for k in shape.key)
+    alone = f"SELECT * FROM {base} AS b WHERE {passes} AND NOT EXISTS (SELECT 1 FROM __changed AS c WHERE {keys})"
+    picks = ", ".join(f"{a.fn}(b.{ident(a.arg)}) AS {ident(a.name)}" for a in shape.extremes)
+    grouped = "".join(f"g.{ident(c)}, " for c in shape.groups)
+    return (f"SELECT {grouped}{picks} FROM __groups AS g LEFT JOIN ({alone}) AS b ON {same}"
+            f"{' GROUP BY ALL' if shape.groups else ''}")
