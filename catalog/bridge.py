@@ -138,7 +138,7 @@ def call(argv: list[str]) -> int:
         with MetadataStore(cfg.metadata) as store:
             if args.command == "list-tables":
                 source = cfg.source(args.source)
-                tables = [[t.schema, t.name] for t in store.list_tables(source.name)]
+                tables = [[t.schema, t.name] for t in store.list_tables(source.name, views=True)]
                 tables += [[SYSTEM_SCHEMA, name] for name in SCHEMAS]
                 print(json.dumps([t for t in tables if not args.namespace or t[0] == args.namespace]))
             elif args.command == "set-property":
