@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from htap.connectors.changes import UNSET
 from htap.ingest.buffer import TableBuffer
 from htap.pushdown.replica_reader import JoinedTableRead, read_joined, read_plan
 from htap.replica.deltas import write_partitioned
@@ -105,6 +106,28 @@ class DirectTable:
         read = JoinedTableRead(self.table.qualified_name, schema, list(self.table.key), tuple(self.plans(seq)))
         every = table_plan(self.table.qualified_name, schema.names)
         return pa.Table.from_batches(list(read_joined(self.warehouse, [read], every, schema)), schema=schema)
+
+
+def apply_change(table: DirectTable, state: dict, op: str, k, values: list | None, seq: int) -> None:
+    """One drawn change, to `table` and to the model `state` (key -> row): "upsert" (`values`:
+    the row), "partial" (`values`: the key's row with UNSET where unchanged), "move" (key `k`'s
+    row to the key `values[0]`, UNSET values unchanged), "delete" or "truncate"."""
+    width = len(table.table.arrow_schema)
+    if op == "upsert":
+        table.upsert(values, seq)
+        state[values[0]] = values
+    elif op == "partial":
+        table.upsert(values, seq)
+        state[k] = [old if new is UNSET else new for new, old in zip(values, state[k])]
+    elif op == "move":
+        table.change_key([k] + [None] * (width - 1), values, seq)
+        state[values[0]] = [old if new is UNSET else new for new, old in zip(values, state.pop(k))]
+    elif op == "delete":
+        table.delete([k] + [None] * (width - 1), seq)
+        del state[k]
+    else:
+        table.truncate(seq)
+        state.clear()
 
 
 class ManualClock:

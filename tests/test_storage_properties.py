@@ -27,7 +27,7 @@ from htap.replica.repartition import Change, repartition
 from htap.replica.warehouse import as_warehouse
 from htap.rewrite.pushed import count_plan, table_plan
 
-from storage_support import DirectTable
+from storage_support import DirectTable, apply_change
 
 SCHEMA = pa.schema([("k", pa.int64()), ("a", pa.int64()), ("b", pa.string()), ("c", pa.float64())])
 
@@ -147,27 +147,19 @@ def test_reads_at_every_seq_equal_the_model(data):
                 if op == "upsert":
                     row = [k, data.draw(st.none() | st.integers(-5, 5)), data.draw(st.none() | st.text("xyz", max_size=3)),
                            data.draw(st.none() | st.floats(-1, 1, allow_nan=False))]
-                    table.upsert(row, seq)
-                    state[k] = row
+                    apply_change(table, state, op, k, row, seq)
                 elif op == "partial" and k in state:
                     sent = [k, UNSET, data.draw(st.sampled_from([UNSET, None, "p"])), UNSET]
                     if data.draw(st.booleans()):
                         sent[1] = data.draw(st.integers(-5, 5))
-                    table.upsert(sent, seq)
-                    state[k] = [old if new is UNSET else new for new, old in zip(sent, state[k])]
+                    apply_change(table, state, op, k, sent, seq)
                 elif op == "move" and k in state and len(state) <= largest:
                     # A key change leaving values unchanged (Postgres: unchanged TOAST): they are
                     # the old key's, wherever its version is (buffered, or in another partition).
                     to = data.draw(st.sampled_from([x for x in range(largest + 1) if x not in state]), label="new key")
-                    sent = [to, UNSET, data.draw(st.sampled_from([UNSET, None, "m"])), UNSET]
-                    table.change_key([k, None, None, None], sent, seq)
-                    state[to] = [old if new is UNSET else new for new, old in zip(sent, state.pop(k))]
-                elif op == "delete" and k in state:
-                    table.delete([k, None, None, None], seq)
-                    del state[k]
-                elif op == "truncate":
-                    table.truncate(seq)
-                    state.clear()
+                    apply_change(table, state, op, k, [to, UNSET, data.draw(st.sampled_from([UNSET, None, "m"])), UNSET], seq)
+                elif (op == "delete" and k in state) or op == "truncate":
+                    apply_change(table, state, op, k, None, seq)
             history[seq] = {k: list(v) for k, v in state.items()}
             if data.draw(st.booleans(), label="checkpoint"):
                 upset_index(table, data.draw(st.sampled_from([None, None, "dropped", "stale", "behind", "stored", "restarted", "damaged"]),

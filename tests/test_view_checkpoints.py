@@ -25,7 +25,7 @@ from htap.replica.models import SEQ
 from htap.replica.view_maintenance import ROWS, ViewShape, checkpoint_changes, group_changes
 from htap.rewrite.views import parse_view
 
-from storage_support import DirectTable, ViewVersions
+from storage_support import DirectTable, ViewVersions, apply_change
 
 SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.int64()), ("x", pa.int64()), ("f", pa.int64())])
 COLUMNS = SCHEMA.names
@@ -97,23 +97,16 @@ def test_a_view_kept_from_checkpoint_reports_equals_the_replica_at_every_seq(dat
                     k = data.draw(keys)
                     if op == "upsert":
                         row = [k, data.draw(small), data.draw(st.none() | st.integers(-4, 4)), data.draw(small)]
-                        table.upsert(row, seq)
-                        state[k] = row
+                        apply_change(table, state, op, k, row, seq)
                     elif op == "partial" and k in state:  # unchanged TOAST: some columns unset
                         sent = [k] + [data.draw(st.sampled_from([UNSET, UNSET, 1, None])) for _ in range(3)]
-                        table.upsert(sent, seq)
-                        state[k] = [old if new is UNSET else new for new, old in zip(sent, state[k])]
+                        apply_change(table, state, op, k, sent, seq)
                     elif op == "move" and k in state and len(state) < 8:
                         to = data.draw(st.sampled_from([x for x in range(8) if x not in state]), label="new key")
-                        sent = [to] + [data.draw(st.sampled_from([UNSET, 2])) for _ in range(3)]
-                        table.change_key([k, None, None, None], sent, seq)
-                        state[to] = [old if new is UNSET else new for new, old in zip(sent, state.pop(k))]
-                    elif op == "delete" and k in state:
-                        table.delete([k, None, None, None], seq)
-                        del state[k]
-                    elif op == "truncate":
-                        table.truncate(seq)
-                        state.clear()
+                        apply_change(table, state, op, k, [to] + [data.draw(st.sampled_from([UNSET, 2])) for _ in range(3)],
+                                     seq)
+                    elif (op == "delete" and k in state) or op == "truncate":
+                        apply_change(table, state, op, k, None, seq)
             cuts = [s for _, s in table.truncations]
             changed: list = []
             table.checkpoint(seq, changed)
