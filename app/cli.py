@@ -428,6 +428,13 @@ def cmd_verify_data(args) -> int:
                 print(f"    {kind}: {json.dumps(key)}")
         for d in t["different"][:10]:
             print(f"    different: {json.dumps(d['key'])} columns {[c['column'] for c in d['columns']]}")
+    for v in report["views"]:
+        status = f"ERROR {v['error']}" if v["error"] else "ok" if v["ok"] else (
+            f"MISMATCH {v['missing_count']} missing, {v['extra_count']} extra, {v['different_count']} different groups")
+        print(f"{v['view']:<40} {v['groups']:>10} groups of {v['table']}  {status}")
+        for kind in ("missing", "extra", "different"):
+            for g in v[kind][:10]:
+                print(f"    {kind}: {json.dumps(g, default=str)}")
     print(f"report: {out / 'data.json'}; validation results: {len(suites)} suite(s) in {out / 'expectations'}")
     return 0 if report["ok"] else 1
 

@@ -7,6 +7,8 @@ the source's own aggregate."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import signal
 from decimal import Decimal
@@ -125,6 +127,19 @@ def test_a_view_is_built_and_kept_equal_to_the_sources_aggregate(workspace, acco
     _agrees(ws, "by_branch", "branch < 8")
     listed = ws.htap("views", "list").stdout
     assert "views.by_branch\tstreaming\tof " + f"{s}.acc" in listed, listed
+    # `htap verify data` checks the view against its table's replica at the snapshot it checks the table at
+    r = ws.htap("verify", "data", "--out", str(ws.root / "verify"), check=False)
+    assert r.returncode == 0 and "views.by_branch" in r.stdout and "groups of" in r.stdout, r.stdout + r.stderr
+    report = json.loads((ws.root / "verify" / "data.json").read_text())
+    assert [(v["view"], v["ok"]) for v in report["views"]] == [("views.by_branch", True)] and report["views"][0]["groups"]
+    view = _view(ws, "by_branch")  # a view kept wrong (here: its definition altered behind its back) is caught
+    with ws.store() as store, store.transaction():
+        store._x("UPDATE views SET definition = ? WHERE table_id = ?",
+                 (dataclasses.replace(view.definition, filter_sql="branch < 8 AND n > 3").to_json(), view.table.id))
+    r = ws.htap("verify", "data", "--out", str(ws.root / "verify"), check=False)
+    assert r.returncode == 1 and "MISMATCH" in r.stdout, r.stdout + r.stderr
+    bad = json.loads((ws.root / "verify" / "data.json").read_text())["views"][0]
+    assert not bad["ok"] and bad["different_count"] and bad["different"][0]["states"], bad
 
 
 def test_views_refuse_what_they_cannot_keep_and_guard_their_table(workspace, accounts):

@@ -49,6 +49,7 @@ from htap.pushdown.spark_types import spark_type
 from htap.rewrite.pushed import Expr, Literal, table_plan
 from htap.verify.canonical import Canonical, prepare_batch, prepared_schema, qi, qi_my
 from htap.verify.snapshot import ExportedSnapshot, VerifyError, wait_for_seq
+from htap.verify.views import verify_views
 
 log = logging.getLogger(__name__)
 
@@ -526,6 +527,7 @@ def verify_data(cfg: HtapConfig, tables: list[str] | None = None, opts: DataOpti
             if opts.mark_unhealthy and not check.ok and check.error is None:
                 store.set_state(check.table.id, STATE_UNHEALTHY, _reason(check))
                 check.marked_unhealthy = True
+        views = verify_views(cfg, store, [c.table for c in checks], snapshot["seq"], opts.wait_s, opts.max_report_rows)
     finally:
         store.close()
     report = {
@@ -542,8 +544,9 @@ def verify_data(cfg: HtapConfig, tables: list[str] | None = None, opts: DataOpti
         "source_rows_scanned": verifier.source_rows_scanned,
         "rate_limit_wait_s": round(verifier.bucket.waited_s, 3),
         "tables": [_table_report(c) for c in checks],
+        "views": views,
     }
-    report["ok"] = all(t["ok"] for t in report["tables"])
+    report["ok"] = all(t["ok"] for t in report["tables"]) and all(v["ok"] for v in views)
     return report
 
 
