@@ -34,6 +34,7 @@ from htap.replica.models import (
     ORD,
     SEQ,
     STATE_CATCHING_UP,
+    STATE_COPYING,
     STATE_FAILED,
     STATE_PENDING,
     STATE_STREAMING,
@@ -83,7 +84,9 @@ class ViewKeeper:
                 if state in (STATE_STREAMING, STATE_CATCHING_UP):
                     store.resync(view.table.id, f"its base table {base.qualified_name} is being copied again")
                 continue
-            if state == STATE_PENDING and self._position is not None and base.max_safe_seq == self._position:
+            # (copying: a build the service was killed in the middle of)
+            if state in (STATE_PENDING, STATE_COPYING) and self._position is not None \
+                    and base.max_safe_seq == self._position:
                 try:
                     view = self._build(store, view, base, self._position)
                 except WarehouseError:
@@ -103,7 +106,7 @@ class ViewKeeper:
             for path in store.start_copy(view.table.id):
                 delete_delta_files(self.warehouse, path)
             shape = ViewShape.of(view.definition, base.key)
-            with rows_at(self.warehouse, store, base, seq, base.arrow_schema.names, HOLDER) as (con, rows):
+            with rows_at(self.warehouse, store, base, seq, shape.base_columns(), HOLDER) as (con, rows):
                 states = con.sql(backfill_sql(shape, f"({rows})")).to_arrow_table()
             data = _stored(states, shape, view.table, seq)
             deltas = [write_delta(self.warehouse, view.table, data)] if data.num_rows else []
@@ -149,7 +152,7 @@ class ViewKeeper:
 
         def extremes(groups: pa.Table) -> pa.Table:
             # MIN/MAX at P of the groups' rows the checkpoint leaves alone (a read of the base at P).
-            with rows_at(self.warehouse, store, base, previous, base.arrow_schema.names, HOLDER) as (con, rows):
+            with rows_at(self.warehouse, store, base, previous, shape.base_columns(), HOLDER) as (con, rows):
                 con.register("__groups", groups)
                 con.register("__changed", versions.select(list(base.key)))
                 return con.sql(_extremes_sql(shape, f"({rows})")).to_arrow_table()

@@ -38,6 +38,8 @@ from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
 
 from htap import engine
 from htap.replica.deltas import Changed
@@ -94,6 +96,13 @@ class ViewShape:
 
     def state_columns(self) -> list[str]:
         return [ROWS] + [a.name for a in self.aggregates]
+
+    def base_columns(self) -> list[str]:
+        """The base table's columns the view needs: its key, group, aggregated and filtered columns
+        (what building, keeping and checking it read of the table)."""
+        filtered = [c.name for c in sqlglot.parse_one(self.filter_sql, read="duckdb").find_all(exp.Column)] \
+            if self.filter_sql else []
+        return list(dict.fromkeys([*self.key, *self.groups, *(a.arg for a in self.aggregates), *filtered]))
 
 
 # The MIN / MAX at P of the given groups (a table of their group columns) over the base rows alive

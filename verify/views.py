@@ -48,7 +48,7 @@ def _check(cfg: HtapConfig, store: MetadataStore, view: ViewInfo, base: TableInf
         warehouse = open_warehouse(cfg)
         with rows_at(warehouse, store, table, seq, states, HOLDER) as (con, rows):
             stored = con.sql(f"SELECT * FROM ({rows})").to_arrow_table()
-        with rows_at(warehouse, store, base, seq, base.arrow_schema.names, HOLDER) as (con, rows):
+        with rows_at(warehouse, store, base, seq, shape.base_columns(), HOLDER) as (con, rows):
             con.register("__stored", stored)
             found = con.sql(_differences_sql(shape, backfill_sql(shape, f"({rows})"))).to_arrow_table().to_pylist()
         report["groups"] = stored.num_rows
