@@ -662,6 +662,18 @@ def more_page(files: dict[str, bytes | str]) -> str:
                ("a snapshot read through the same source, rows/s", f"{thr['snapshot_rows_per_s']:,.0f}")],
               f"{r['rate_tps']} single-row updates/s for {r['seconds']} s on a {r['rows']:,}-row table, then a backlog of "
               f"{r['backlog']:,} updates in one transaction; load average {r['load_average'][0]:.1f} on {r['cpus']} CPUs.")
+    for name, flag in (("views.json", ""), ("views-no-extremes.json", " --no-extremes --json bench/results/views-no-extremes.json")):
+        r = _load(name)
+        if r:
+            table(f"Derived views: `{r['view']}`", name, f"python -m bench.views{flag}",
+                  [("checkpoint without / with the view, median s",
+                    f"{r['checkpoint_s_median']['plain']} / {r['checkpoint_s_median']['with_view']}"),
+                   ("the view's cost per checkpoint, s", r["view_cost_s_per_checkpoint"]),
+                   ("with / without", f"{r['checkpoint_with_view_over_plain']}x"),
+                   ("dashboard query from the view / from the table", r["dashboard_from_view_over_from_table"])],
+                  f"{r['rows']:,} rows in {r['groups']} groups, {r['changes_per_checkpoint']:,} changed rows per checkpoint"
+                  f" (moved between groups, deleted, inserted), {r['checkpoints']} checkpoints; the dashboard query"
+                  " read in DuckDB in the same process, not through Spark ([Derived views](../views.md)).")
     r = _load("metrics.json")
     if r:
         table("Metrics endpoint", "metrics.json", "python -m bench.metrics --tables 500 --deltas 10 --rounds 30",
