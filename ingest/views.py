@@ -20,6 +20,7 @@ import dataclasses
 import logging
 from contextlib import ExitStack
 
+import numpy as np
 import pyarrow as pa
 
 from htap import engine
@@ -64,7 +65,8 @@ class ViewKeeper:
         self.warehouse = warehouse
         self.source = source
         self._kept: list[tuple[ViewInfo, TableInfo]] = []  # this checkpoint's views to keep, with their bases
-        self._position: int | None = None
+        self._failures: list[tuple[int, str]] = []  # views that failed in `prepare`: committed by `write`
+        self._position: int | None = None  # the source's durable seq when the checkpoint began (P)
 
     def prepare(self, store: MetadataStore) -> dict[int, list[Changed]]:
         """Before a checkpoint writes its deltas: build pending views, move views of re-copied or
@@ -144,6 +146,9 @@ class ViewKeeper:
 
     def _keep(self, store: MetadataStore, view: ViewInfo, base: TableInfo, previous: int, reports: list[Changed],
               cuts: list[int], locks: ExitStack) -> list[NewDelta]:
+        """The view's delta for one checkpoint of its base: the states at P of its groups (the
+        view read at P), the base's reports turned into group versions, written under the view's
+        partition lock (held until the commit, like the base's)."""
         shape = ViewShape.of(view.definition, base.key)
         versions, before = checkpoint_changes(reports, base.arrow_schema, store.truncated_at(base.id, previous))
         states = [*shape.groups, *shape.state_columns()]
@@ -175,9 +180,9 @@ def _stored(rows: pa.Table, shape: ViewShape, table: TableInfo, seq: int | None)
     finally:
         con.close()
     if seq is not None:
-        data = data.append_column(SEQ, pa.array([seq] * data.num_rows, pa.int64()))
-        data = data.append_column(OP, pa.array([OP_UPSERT] * data.num_rows, pa.int8()))
-    data = data.append_column(ORD, pa.array(range(data.num_rows), pa.int64()))
+        data = data.append_column(SEQ, pa.array(np.full(data.num_rows, seq, np.int64)))
+        data = data.append_column(OP, pa.array(np.full(data.num_rows, OP_UPSERT, np.int8)))
+    data = data.append_column(ORD, pa.array(np.arange(data.num_rows, dtype=np.int64)))
     columns = [*table.arrow_schema.names, SEQ, OP, ORD]
     types = [*table.arrow_schema.types, pa.int64(), pa.int8(), pa.int64()]
     return pa.table([data.column(c).cast(t) for c, t in zip(columns, types)], names=columns)
