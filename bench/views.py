@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             "dashboard_read_s_median": {k: round(statistics.median(v), 4) for k, v in reads.items()},
             "dashboard_from_view_over_from_table": round(statistics.median(reads["from_view"])
                                                          / statistics.median(reads["from_table"]), 4),
+            "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
