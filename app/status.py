@@ -72,7 +72,7 @@ def table_statuses(cfg: HtapConfig) -> list[TableStatus]:
         out = []
         now = time.time()
         codecs = {name: s.codec for name, s in cfg.sources.items()}
-        for t in store.list_tables():
+        for t in store.list_tables(views=True):  # a view's rows are its groups
             n, versions, size = store.delta_stats(t.id)
             out.append(
                 TableStatus(

@@ -136,6 +136,7 @@ def test_a_view_is_built_and_kept_equal_to_the_sources_aggregate(workspace, acco
     _agrees(ws, "by_branch", "branch < 8")
     listed = ws.htap("views", "list").stdout
     assert "views.by_branch\tstreaming\tof " + f"{s}.acc" in listed, listed
+    assert "views.by_branch" in ws.htap("status").stdout
     # `htap verify data` checks the view against its table's replica at the snapshot it checks the table at
     r = ws.htap("verify", "data", "--out", str(ws.root / "verify"), check=False)
     assert r.returncode == 0 and "views.by_branch" in r.stdout and "groups of" in r.stdout, r.stdout + r.stderr
