@@ -41,7 +41,7 @@ from htap.replica.models import (
     STATE_STREAMING,
     TableInfo,
 )
-from htap.replica.table_reads import rows_at
+from htap.replica.table_reads import read_at, rows_at
 from htap.replica.view_maintenance import ViewShape, backfill_sql, checkpoint_changes, group_changes, keyed_sql
 from htap.replica.warehouse import Warehouse
 
@@ -152,8 +152,7 @@ class ViewKeeper:
         shape = ViewShape.of(view.definition, base.key)
         versions, before = checkpoint_changes(reports, base.arrow_schema, store.truncated_at(base.id, previous))
         states = [*shape.groups, *shape.state_columns()]
-        with rows_at(self.warehouse, store, view.table, previous, states, HOLDER) as (con, rows):
-            old = con.sql(f"SELECT * FROM ({rows})").to_arrow_table()
+        old = read_at(self.warehouse, store, view.table, previous, states, HOLDER)
 
         def extremes(groups: pa.Table) -> pa.Table:
             # MIN/MAX at P of the groups' rows the checkpoint leaves alone (a read of the base at P).

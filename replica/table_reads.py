@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import duckdb
+import pyarrow as pa
 
 from htap import engine
 from htap.replica.merge import current_rows_sql, evolved, ident, parquet_source, versioned_source
@@ -52,3 +53,10 @@ def rows_at(warehouse: Warehouse, store: MetadataStore, table: TableInfo, seq: i
                 con.close()
     finally:
         store.release_pin(pin.id)
+
+
+def read_at(warehouse: Warehouse, store: MetadataStore, table: TableInfo, seq: int, columns: list[str],
+            holder: str) -> pa.Table:
+    """`table`'s `columns` at `seq`, all of them in memory (a view's groups: few rows)."""
+    with rows_at(warehouse, store, table, seq, columns, holder) as (con, rows):
+        return con.sql(f"SELECT * FROM ({rows})").to_arrow_table()

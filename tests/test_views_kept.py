@@ -19,7 +19,7 @@ import pytest
 import psycopg2
 
 from htap.conf import load_config
-from htap.replica.table_reads import rows_at
+from htap.replica.table_reads import read_at
 from htap.replica.warehouse import open_warehouse
 from htap.verify.views import verify_views
 
@@ -52,9 +52,9 @@ def _stored(ws, name: str) -> tuple[int, dict]:
     view = _view(ws, name)
     states = [s.name for s in view.definition.states]
     cfg = load_config(ws.config)
-    with ws.store() as store, rows_at(open_warehouse(cfg), store, view.table, view.table.max_safe_seq,
-                                      [*GROUPS, *states], "test") as (con, rows):
-        out = con.sql(f"SELECT * FROM ({rows})").fetchall()
+    with ws.store() as store:
+        out = [tuple(r.values()) for r in read_at(open_warehouse(cfg), store, view.table, view.table.max_safe_seq,
+                                                  [*GROUPS, *states], "test").to_pylist()]
     return view.table.max_safe_seq, {r[:2]: tuple(_plain(v) for v in r[2:]) for r in out}
 
 

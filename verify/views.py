@@ -18,7 +18,7 @@ from htap.replica.merge import ident
 from htap.replica.metadata import MetadataStore, ViewInfo
 from htap.replica.models import TableInfo
 from htap.replica.read_plans import queryable_window
-from htap.replica.table_reads import rows_at
+from htap.replica.table_reads import read_at, rows_at
 from htap.replica.view_maintenance import ROWS, ViewShape, backfill_sql
 from htap.replica.warehouse import open_warehouse
 from htap.verify.snapshot import VerifyError, wait_for_seq
@@ -46,8 +46,7 @@ def _check(cfg: HtapConfig, store: MetadataStore, view: ViewInfo, base: TableInf
         shape = ViewShape.of(view.definition, base.key)
         states = [*shape.groups, *shape.state_columns()]
         warehouse = open_warehouse(cfg)
-        with rows_at(warehouse, store, table, seq, states, HOLDER) as (con, rows):
-            stored = con.sql(f"SELECT * FROM ({rows})").to_arrow_table()
+        stored = read_at(warehouse, store, table, seq, states, HOLDER)
         with rows_at(warehouse, store, base, seq, shape.base_columns(), HOLDER) as (con, rows):
             con.register("__stored", stored)
             found = con.sql(_differences_sql(shape, backfill_sql(shape, f"({rows})"))).to_arrow_table().to_pylist()
@@ -74,8 +73,9 @@ def _differences_sql(shape: ViewShape, expected: str) -> str:
     groups = ", ".join(f"coalesce(e.{ident(c)}, s.{ident(c)}) AS {ident(c)}" for c in shape.groups)
     differs = [f"CASE WHEN e.{ident(c)} IS DISTINCT FROM s.{ident(c)} THEN '{c}' END" for c in shape.state_columns()]
     return f"""
-        SELECT {groups + ', ' if groups else ''}e.{ident(ROWS)} AS __expected, s.{ident(ROWS)} AS __stored,
-               list_filter([{', '.join(differs)}], lambda x: x IS NOT NULL) AS __states
-        FROM ({expected}) AS e FULL JOIN __stored AS s ON {same}
-        WHERE e.{ident(ROWS)} IS NULL OR s.{ident(ROWS)} IS NULL OR len(list_filter([{', '.join(differs)}], lambda x: x IS NOT NULL)) > 0
+        SELECT * FROM (
+            SELECT {groups + ', ' if groups else ''}e.{ident(ROWS)} AS __expected, s.{ident(ROWS)} AS __stored,
+                   list_filter([{', '.join(differs)}], lambda x: x IS NOT NULL) AS __states
+            FROM ({expected}) AS e FULL JOIN __stored AS s ON {same}
+        ) WHERE __expected IS NULL OR __stored IS NULL OR len(__states) > 0
     """
