@@ -110,6 +110,9 @@ def _parser() -> _Parser:
     ts = sub.add_parser("table-schema", help="the Spark DDL of a table, statistics on its first column (loadTable)")
     ts.add_argument("table", help="<schema>.<table>")
     ts.add_argument("--changes", action="store_true", help="the DDL of the table's change feed (htap.pushdown.change_feed)")
+    vs = sub.add_parser("view-sql", help="a view's SQL as Spark reads <catalog>.views.<name> (loadView)")
+    vs.add_argument("name", help="the view's name")
+    vs.add_argument("catalog", help="the catalog's name in Spark")
     pr = sub.add_parser("plan-read", help="plan a scan's read as Spark's planning worker would (PickledDataSource)")
     pr.add_argument("options", help="the scan's data source options, a JSON object")
     pr.add_argument("schema", help="the read schema, Spark's StructType JSON")
@@ -163,6 +166,11 @@ def call(argv: list[str]) -> int:
                     print(not_htap, file=sys.stderr)
                     return EXIT_ERROR  # not Spark's bare TABLE_OR_VIEW_NOT_FOUND: say how to add it
                 print(json.dumps(answer))
+            elif args.command == "view-sql":
+                from htap.rewrite.views import spark_view_sql
+
+                view = store.get_view(cfg.source(args.source).name, args.name)
+                print(json.dumps({"sql": spark_view_sql(view.sql, args.catalog)}))
             elif args.command == "renew-leases":
                 renewed = renew_queries(store, args.owners, cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))

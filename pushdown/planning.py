@@ -34,7 +34,7 @@ from htap.errors import HtapError, NoSuchTableError
 from htap.pushdown.datasource import NO_SUCH_TABLE_MARKER, PERMISSION_MARKER, READ_AFTER_NOW, open_scan
 from htap.pushdown.routing import ROUTE_AUTO, ROUTE_REPLICA, ROUTE_SOURCE, Route, RoutingError, decide
 from htap.replica.metadata import QUERY_READS_SOURCE, MetadataStore
-from htap.replica.models import STATE_STREAMING, TableInfo
+from htap.replica.models import KIND_VIEW, STATE_STREAMING, TableInfo
 from htap.replica.read_plans import ReadPlan, pin_and_plan, queryable_window, seq_for_time
 from htap.replica.tail import TailPin, TailRead, TailUnavailable, service_tail
 from htap.replica.tail import pin as tail_pin
@@ -390,6 +390,17 @@ class SourcePartition(InputPartition):
     agreement: object = None  # htap.pushdown.source_reader.SourceReadAgreement, for a snapshot of its own
 
 
+def _access_target(store, table, scan) -> tuple:
+    """The source table and columns a scan reads, as the source's privileges see it: a derived
+    view's states read the columns of its base table that its groups, aggregates and filter use."""
+    if table.kind != KIND_VIEW:
+        return table, sorted(scan.referenced())
+    from htap.replica.view_maintenance import ViewShape
+
+    view = store.get_view(table.source, table.name)
+    return store.table_by_id(view.base_id), sorted(ViewShape.of(view.definition, ()).base_columns())
+
+
 def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
     """A scan's read, planned on the driver: its tables, the reader role's access, each table's
     route, the query's snapshot and the leases (plan_scans: one metadata transaction), then the
@@ -414,7 +425,7 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
         role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
         if role:
             for table, scan in zip(tables, plan.scans):
-                denied = check_access(source, role, table, sorted(scan.referenced()))
+                denied = check_access(source, role, *_access_target(store, table, scan))
                 if denied:
                     raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
         problem = open_warehouse(cfg).unreachable()

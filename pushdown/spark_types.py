@@ -7,6 +7,7 @@ import re
 import pyarrow as pa
 
 from htap.errors import TableError
+from htap.replica.models import KIND_TABLE
 
 
 def spark_type(t: pa.DataType) -> str:
@@ -102,4 +103,26 @@ def table_answer(store, source: str, schema: str, table: str, with_columns: bool
     answer: dict = {"ddl": spark_ddl(info.arrow_schema, stats, char_lengths(info.columns))}
     if with_columns:
         answer["columns"] = {c: s.as_list() for c, s in column_stats.of_table(store, info, seen).items()}
+        answer["views"] = rewrite_views(store, info)
     return answer
+
+
+def rewrite_views(store, base) -> list[dict]:
+    """The views of `base` a query over it may read instead (the ViewRewrite rule): built and
+    readable, while the table's reads stay on the replica by its own settings (no failover, no
+    staleness limit: a view has no source table to fall back to). Each with what the rule
+    matches on (its group columns, kept states and filter) and its row count (the smallest
+    answering view wins)."""
+    from htap.rewrite.views import spark_filter
+
+    if base.kind != KIND_TABLE or base.failover or base.max_staleness_s is not None:
+        return []
+    out = []
+    for view in store.views_of(base.id):
+        if not view.table.readable or view.table.failover:
+            continue
+        d = view.definition
+        out.append({"name": view.name, "groups": list(d.groups), "filter": spark_filter(view.sql),
+                    "states": [{"name": s.name, "fn": s.fn, "arg": s.arg} for s in d.states],
+                    "rows": store.delta_stats(view.table.id)[1]})
+    return sorted(out, key=lambda v: v["rows"])

@@ -240,3 +240,21 @@ def _literal(e: exp.Expression, column: str, schema: pa.Schema) -> None:
         e = e.this
     if not isinstance(e, (exp.Literal, exp.Boolean, exp.Cast)) or (isinstance(e, exp.Cast) and not isinstance(e.this, exp.Literal)):
         raise ViewDefinitionError(f"{column} is compared with {e.sql(dialect='spark')}: only literals are maintainable")
+
+
+def spark_view_sql(sql: str, catalog: str) -> str:
+    """The view's SQL as Spark reads `<catalog>.views.<name>` (HtapCatalog.loadView): the user's
+    aggregate with its table named in `catalog`, so Spark computes exactly what the SQL says —
+    from the view's states when the ViewRewrite rule can, from the table (replica or source)
+    otherwise."""
+    select = sqlglot.parse_one(sql, read="spark")
+    source = select.args.get("from_") or select.args.get("from")
+    source.this.set("catalog", exp.to_identifier(catalog))
+    return select.sql(dialect="spark")
+
+
+def spark_filter(sql: str) -> str | None:
+    """The view's WHERE condition as Spark SQL over its table's columns (None: every row), which
+    ViewRewrite compares, once Spark has analyzed it, with a query's filter."""
+    where = sqlglot.parse_one(sql, read="spark").args.get("where")
+    return where.this.sql(dialect="spark") if where is not None else None

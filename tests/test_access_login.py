@@ -83,6 +83,20 @@ def test_postgres_reads_log_in_as_a_source_role(workspace, spark, tmp_path):
         secret_file.write_text(SECRET + "\n")
         from_file = catalog(spark, ws, "file", user=alice, password_file=str(secret_file))
         assert spark.sql(f"SELECT count(id) FROM {from_file}.{t}").collect()[0][0] == 100
+        # A derived view reads as its table's columns: alice may read counts by region, not
+        # what the view aggregates of `secret`.
+        ws.htap("views", "create", "by_region", "--sql", f"SELECT region, count(*) AS n FROM {t} GROUP BY region")
+        ws.htap("views", "create", "secrets", "--sql", f"SELECT region, max(secret) AS s FROM {t} GROUP BY region")
+
+        def built() -> bool:
+            with ws.store() as store:
+                return all(store.get_view(ws.source, v).table.readable for v in ("by_region", "secrets"))
+
+        wait_until(built, None, "the views to be built")
+        q = f"SELECT region, n FROM {good}.views.by_region"
+        assert f"{good}.views.by_region" in spark.sql(q)._jdf.queryExecution().executedPlan().toString()
+        assert sorted(spark.sql(q).collect()) == sorted(ws.sql(f"SELECT region, count(*) FROM {t} GROUP BY region"))
+        refused(spark, f"SELECT * FROM {good}.views.secrets", rf"HTAP_PERMISSION_DENIED.*{alice}.*secret")
         # A real login as a role that lacks the privileges: its privileges decide, as before.
         as_bob = catalog(spark, ws, "bob", user=bob, password=SECRET)
         refused(spark, f"SELECT id FROM {as_bob}.{t}", rf"HTAP_PERMISSION_DENIED.*{bob}' lacks SELECT")

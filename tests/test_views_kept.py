@@ -170,25 +170,6 @@ def test_views_refuse_what_they_cannot_keep_and_guard_their_table(workspace, acc
     ws.htap("tables", "remove", f"{s}.acc")
 
 
-def test_a_view_reads_through_spark_as_a_replica_table(workspace, spark, catalog, accounts):
-    ws = workspace
-    s = accounts
-    ws.htap("views", "create", "by_region", "--sql", f"SELECT region, count(*), sum(balance), max(n) FROM {s}.acc"
-                                                     f" GROUP BY region")
-    wait_until(lambda: _view(ws, "by_region").table.readable, None, "view by_region to be built")
-    ws.sql(f"UPDATE {s}.acc SET region = 'r9', balance = balance * 2 WHERE id % 4 = 0")
-    ws.wait_caught_up("acc")
-    seq = ws.table("acc").max_safe_seq
-    wait_until(lambda: (_view(ws, "by_region").table.max_safe_seq or -1) >= seq, None, "the view to reach the table")
-    got = {tuple(r) for r in spark.sql(f"SELECT region, _rows, _sum_balance, _max_n FROM {catalog}.views.by_region")
-           .collect()}
-    with ws.pg.cursor() as cur:
-        cur.execute(f"SELECT region, count(*), sum(balance), max(n) FROM {s}.acc GROUP BY region")
-        assert got == set(cur.fetchall())
-    shown = {r.tableName for r in spark.sql(f"SHOW TABLES IN {catalog}.views").collect()}
-    assert shown == {"by_region"}
-
-
 def test_a_view_under_load_equals_its_table_at_every_seq_read_across_kill_and_compaction(workspace, accounts):
     """Writers never stop; each round reads the view at its newest seq and compares it with the
     aggregate of the table's replica at that same seq (verify data's view check: the table's

@@ -11,10 +11,14 @@ import com.fasterxml.jackson.databind.JsonNode;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchViewException;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.Table;
-import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
+import org.apache.spark.sql.connector.catalog.TableSummary;
+import org.apache.spark.sql.connector.catalog.View;
+import org.apache.spark.sql.connector.catalog.Relation;
+import org.apache.spark.sql.connector.catalog.RelationCatalog;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
@@ -27,7 +31,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * <p>Glue only. Table schemas come from the Python {@code htap} data source (which reads the
  * replica's metadata store); reads go through {@link HtapScanBuilder}.
  */
-public class HtapCatalog implements TableCatalog {
+public class HtapCatalog implements RelationCatalog {
   static final String SHORT_NAME = "htap";
   /** Catalog options, passed on to the Python data source (htap.pushdown.datasource). */
   private static final Set<String> OPTIONS =
@@ -80,17 +84,45 @@ public class HtapCatalog implements TableCatalog {
   }
 
   @Override
-  public Identifier[] listTables(String[] namespace) throws NoSuchNamespaceException {
+  public Identifier[] listTables(String[] namespace) {
+    return list(namespace).stream().filter(i -> !isViews(i)).toArray(Identifier[]::new);
+  }
+
+  @Override
+  public Identifier[] listViews(String[] namespace) {
+    return list(namespace).stream().filter(HtapCatalog::isViews).toArray(Identifier[]::new);
+  }
+
+  /** {@code SHOW TABLES}: the tables, and in namespace {@code views} the derived views. */
+  @Override
+  public TableSummary[] listRelationSummaries(String[] namespace) {
+    return list(namespace).stream()
+        .map(i -> TableSummary.of(i, isViews(i) ? TableSummary.VIEW_TABLE_TYPE : TableSummary.FOREIGN_TABLE_TYPE))
+        .toArray(TableSummary[]::new);
+  }
+
+  private List<Identifier> list(String[] namespace) {
     List<Identifier> out = new ArrayList<>();
     for (JsonNode t : Bridge.call(options, "list-tables", String.join(".", namespace))) {
       out.add(Identifier.of(new String[] {t.get(0).asText()}, t.get(1).asText()));
     }
-    return out.toArray(new Identifier[0]);
+    return out;
   }
 
   @Override
   public Table loadTable(Identifier ident) throws NoSuchTableException {
     return load(ident, Map.of());
+  }
+
+  /** A table, or in namespace {@code views} a derived view ({@link #loadView}). */
+  @Override
+  public Relation loadRelation(Identifier ident) throws NoSuchTableException {
+    if (!isViews(ident)) return load(ident, Map.of());
+    try {
+      return loadView(ident);
+    } catch (NoSuchViewException e) {
+      throw new NoSuchTableException(ident);
+    }
   }
 
   /** {@code FOR VERSION AS OF <seq>}: a commit sequence (Postgres: an LSN, as 0/16B3748 or an integer). */
@@ -112,9 +144,21 @@ public class HtapCatalog implements TableCatalog {
     if (ident.namespace().length == 2 && ident.namespace()[0].equalsIgnoreCase(CHANGES) && extra.isEmpty()) {
       return loadChanges(ident);
     }
-    if (ident.namespace().length != 1) {
+    // A view is a view to Spark (loadView): its own SQL over its table, which ViewRewrite reads
+    // from the view's states. Time travel on a view is not built: its states are read at the
+    // query's snapshot only.
+    if (ident.namespace().length != 1 || isViews(ident)) {
       throw new NoSuchTableException(ident);
     }
+    return loadHtap(ident, extra);
+  }
+
+  /** The stored states of view {@code name} (ViewRewrite reads them in place of its SQL). */
+  HtapTable loadStates(String view) throws NoSuchTableException {
+    return loadHtap(Identifier.of(new String[] {VIEWS}, view), Map.of());
+  }
+
+  private HtapTable loadHtap(Identifier ident, Map<String, String> extra) throws NoSuchTableException {
     Map<String, String> tableOptions = new HashMap<>(options);
     tableOptions.putAll(extra);
     tableOptions.put("table", ident.namespace()[0] + "." + ident.name());
@@ -123,10 +167,12 @@ public class HtapCatalog implements TableCatalog {
     // table and query.
     StructType schema;
     Map<String, FilterEstimate.Column> columns;
+    List<ViewRewrite.View> views;
     try {
       com.fasterxml.jackson.databind.JsonNode answer = Bridge.call(options, "table-schema", tableOptions.get("table"));
       schema = StructType.fromDDL(answer.get("ddl").asText());
       columns = FilterEstimate.parse(answer.get("columns"));
+      views = ViewRewrite.View.parse(answer.get("views"));
     } catch (Bridge.NoSuchTable e) {
       throw new NoSuchTableException(ident);
     }
@@ -149,8 +195,65 @@ public class HtapCatalog implements TableCatalog {
         schema = new StructType(fields);
       }
     }
-    return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions, stats, columns);
+    return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions, stats, columns,
+        views, this);
   }
+
+  /** The namespace of derived views: {@code <catalog>.views.<name>} (htap views create). */
+  static final String VIEWS = "views";
+
+  private static boolean isViews(Identifier ident) {
+    return ident.namespace().length == 1 && ident.namespace()[0].equalsIgnoreCase(VIEWS);
+  }
+
+  /**
+   * A derived view as Spark reads it: its SQL over its table, in this catalog. Spark analyzes
+   * and computes it as any query; ViewRewrite then answers the aggregate from the view's
+   * states when it can (and from the table, replica or source, when it cannot: failover of a
+   * view is its SQL run on the source).
+   */
+  @Override
+  public View loadView(Identifier ident) throws NoSuchViewException {
+    if (!isViews(ident)) throw new NoSuchViewException(ident);
+    String sql;
+    try {
+      sql = Bridge.call(options, "view-sql", ident.name(), name).get("sql").asText();
+    } catch (Bridge.NoSuchTable e) {
+      throw new NoSuchViewException(ident);
+    }
+    StructType schema = SparkSession.active().sql(sql).schema();
+    View.Builder builder = new View.Builder()
+        .withQueryText(sql)
+        .withCurrentCatalog(name)
+        .withCurrentNamespace(new String[0])
+        .withQueryColumnNames(schema.fieldNames());
+    builder.withSchema(schema);
+    builder.withComment("spark-htap derived view (htap views create)");
+    return builder.build();
+  }
+
+  @Override
+  public View createView(Identifier ident, View view) {
+    throw new UnsupportedOperationException(VIEWS_BY_CLI);
+  }
+
+  @Override
+  public View replaceView(Identifier ident, View view) {
+    throw new UnsupportedOperationException(VIEWS_BY_CLI);
+  }
+
+  @Override
+  public boolean dropView(Identifier ident) {
+    throw new UnsupportedOperationException(VIEWS_BY_CLI);
+  }
+
+  @Override
+  public void renameView(Identifier oldIdent, Identifier newIdent) {
+    throw new UnsupportedOperationException(VIEWS_BY_CLI);
+  }
+
+  private static final String VIEWS_BY_CLI =
+      "spark-htap views are defined and dropped with `htap views create|drop` (the service keeps them)";
 
   private Table loadChanges(Identifier ident) throws NoSuchTableException {
     Map<String, String> tableOptions = new HashMap<>(options);

@@ -12,9 +12,10 @@ import scala.runtime.BoxedUnit;
 
 /**
  * {@code spark.sql.extensions = io.sparkhtap.HtapExtensions}: adds the one-snapshot-per-query
- * strategy, then whole-subtree pushdown (HtapSubtreeStrategy), and two optimizer rules: one keeps a
+ * strategy, then whole-subtree pushdown (HtapSubtreeStrategy), and three optimizer rules: one keeps a
  * COUNT of a constant exact under scan pushdown (CountOfConstant), one leaves in Spark a filter
- * that Spark's own translation for a data source fails on (UntranslatablePredicates).
+ * that Spark's own translation for a data source fails on (UntranslatablePredicates), one answers an
+ * aggregate from a derived view of its table (ViewRewrite).
  */
 public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
@@ -45,6 +46,13 @@ public class HtapExtensions extends AbstractFunction1<SparkSessionExtensions, Bo
       @Override
       public Rule<LogicalPlan> apply(SparkSession session) {
         return new UntranslatablePredicates();
+      }
+    });
+    // An aggregate a derived view answers reads the view's states (and reading a view is one).
+    extensions.injectOptimizerRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+      @Override
+      public Rule<LogicalPlan> apply(SparkSession session) {
+        return new ViewRewrite();
       }
     });
     return BoxedUnit.UNIT;

@@ -1,5 +1,6 @@
 package io.sparkhtap;
 
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
@@ -10,21 +11,28 @@ import org.apache.spark.sql.catalyst.util.CharVarcharUtils;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** An HTAP table as Spark sees it: a schema and a scan builder. */
+/**
+ * An HTAP table as Spark sees it: a schema and a scan builder, and the views of it a query's
+ * aggregate may read instead ({@link ViewRewrite}).
+ */
 public class HtapTable implements SupportsRead {
   final String name;
   final StructType schema;
   final Map<String, String> options;
   private final long[] stats;  // row versions, bytes; null when unknown (system tables)
   private final Map<String, FilterEstimate.Column> columns;  // column statistics; empty when unknown
+  final List<ViewRewrite.View> views;  // readable views of this table, smallest first
+  final HtapCatalog catalog;  // loads a view's states (null for tables no view is read instead of)
 
   HtapTable(String name, StructType schema, Map<String, String> options, long[] stats,
-            Map<String, FilterEstimate.Column> columns) {
+            Map<String, FilterEstimate.Column> columns, List<ViewRewrite.View> views, HtapCatalog catalog) {
     this.name = name;
     this.schema = schema;
     this.options = options;
     this.stats = stats;
     this.columns = columns;
+    this.views = views;
+    this.catalog = catalog;
   }
 
   @Override
