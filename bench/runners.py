@@ -135,7 +135,8 @@ def postgres_cpu_seconds(postmaster: int | None) -> float | None:
 class Replica:
     """A fresh spark-htap workspace under `work_dir`, with `htap serve` running as a subprocess."""
 
-    def __init__(self, work_dir: Path, dsn: str):
+    def __init__(self, work_dir: Path, dsn: str, tables: tuple[str, ...] = data.TABLE_NAMES):
+        self.tables = tables  # the TPC-H tables it replicates (default: all)
         self.dir = work_dir
         self.dsn = dsn
         self.config = work_dir / "htap.toml"
@@ -144,7 +145,7 @@ class Replica:
         self.proc: subprocess.Popen | None = None
         self.copy_s: float | None = None
 
-    def _htap(self, *args: str) -> None:
+    def htap(self, *args: str) -> None:
         cmd = [sys.executable, "-m", "htap.app.cli", "--config", str(self.config), *args]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
@@ -174,9 +175,9 @@ class Replica:
             shutil.rmtree(self.dir)
         self.dir.mkdir(parents=True)
         log(f"spark-htap: new workspace {self.dir}")
-        self._htap("init", "--dsn", self.dsn, "--source", HTAP_SOURCE, "--force")
-        for t in data.TABLE_NAMES:
-            self._htap("tables", "add", f"{data.SCHEMA}.{t}")
+        self.htap("init", "--dsn", self.dsn, "--source", HTAP_SOURCE, "--force")
+        for t in self.tables:
+            self.htap("tables", "add", f"{data.SCHEMA}.{t}")
         started = time.monotonic()
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
@@ -190,7 +191,7 @@ class Replica:
         try:
             while True:
                 tables = {t.name: t for t in store.list_tables(HTAP_SOURCE)}
-                if all(t.readable for t in tables.values()) and len(tables) == len(data.TABLE_NAMES):
+                if all(t.readable for t in tables.values()) and len(tables) == len(self.tables):
                     break
                 bad = [f"{t.name}: {t.error}" for t in tables.values() if t.state in ("unhealthy", "failed")]
                 if bad:
@@ -208,7 +209,7 @@ class Replica:
         finally:
             store.close()
         self.copy_s = time.monotonic() - started
-        log(f"spark-htap: all {len(data.TABLE_NAMES)} tables readable after {self.copy_s:.1f} s")
+        log(f"spark-htap: all {len(self.tables)} tables readable after {self.copy_s:.1f} s")
 
     def log_tail(self, lines: int = 30) -> str:
         try:

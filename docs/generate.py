@@ -674,6 +674,17 @@ def more_page(files: dict[str, bytes | str]) -> str:
                   f"{r['rows']:,} rows in {r['groups']} groups, {r['changes_per_checkpoint']:,} changed rows per checkpoint"
                   f" (moved between groups, deleted, inserted), {r['checkpoints']} checkpoints; the dashboard query"
                   " read in DuckDB in the same process, not through Spark ([Derived views](../views.md)).")
+    r = _load("views-spark-sf1.json")
+    if r:
+        table("Derived views through Spark: dashboard queries over TPC-H lineitem", "views-spark-sf1.json",
+              "python -m bench.view_dashboard --sf 1 --private-postgres",
+              [(f"`{q}`: view / replica / JDBC, best s", f"{d['best_s']['view']} / {d['best_s']['replica']} / "
+                f"{d['best_s']['jdbc']} (view {1 / d['view_vs_replica']:.1f}x faster than the replica,"
+                f" {1 / d['view_vs_jdbc']:.1f}x than JDBC)") for q, d in r["queries"].items()],
+              f"SF {r['sf']:g} ({r['data']['marker'].get('rows', {}).get('lineitem', 'about 6M'):,} lineitem rows); the same"
+              " queries with `spark.htap.viewRewrite` on (read from views `by_flags` and `by_day`) and off (the table's"
+              " replica), and through Spark's JDBC catalog; answers equal; one session, runs interleaved, best of"
+              f" {r['repeats']}; {r['note']} ([Derived views](../views.md)).")
     r = _load("metrics.json")
     if r:
         table("Metrics endpoint", "metrics.json", "python -m bench.metrics --tables 500 --deltas 10 --rounds 30",

@@ -149,6 +149,13 @@ def test_which_aggregates_a_view_answers(workspace, spark, catalog, views):
         assert _read_view(catalog, plan), plan
     finally:
         spark.conf.unset("spark.sql.ansi.enabled")
+    # The service's in-memory tail has the table's newest changes, not its views'.
+    spark.conf.set("spark.htap.readTail", "true")
+    try:
+        _, plan = _run(spark, f"SELECT region, count(*) FROM {catalog}.{views}.acc GROUP BY region", True)
+        assert not _read_view(catalog, plan), plan
+    finally:
+        spark.conf.unset("spark.htap.readTail")
 
 
 def test_a_failed_over_table_answers_its_views_from_the_source(workspace, spark, catalog, views):

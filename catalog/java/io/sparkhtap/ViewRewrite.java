@@ -199,9 +199,10 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       String v = options.get(key);
       if (v != null && !v.isEmpty()) return false;
     }
-    String tail = options.getOrDefault("read_tail", "");
-    boolean tailed = !tail.isEmpty() && !tail.equalsIgnoreCase("false") && !tail.equals("0");
-    return !tailed && !"source".equalsIgnoreCase(options.getOrDefault("route", "auto"));
+    // The service's in-memory tail holds the table's newest changes, not its views'.
+    String tail = SQLConf.get().getConfString(HtapScan.READ_TAIL_CONF, "");
+    if (tail.isBlank()) tail = options.getOrDefault("read_tail", "");
+    return !"true".equalsIgnoreCase(tail.trim()) && !"source".equalsIgnoreCase(options.getOrDefault("route", "auto"));
   }
 
   /** A view that does not answer the aggregate (thrown from deep inside the mapping, caught once). */
