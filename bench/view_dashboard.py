@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     try:
         marker = data.load_postgres(args.dsn, args.sf)
+        machine = machine_info(args.dsn)
         replica.start(3600)
         for name, sql in VIEWS.items():
             replica.htap("views", "create", name, "--sql", sql)
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             localpg.stop(args.work / "pg")
     out = {"benchmark": "views-spark", "sf": args.sf, "command": command, "note": args.note,
            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "total_s": round(time.time() - started, 1), "repeats": args.repeats, "machine": machine_info(args.dsn),
+           "total_s": round(time.time() - started, 1), "repeats": args.repeats, "machine": machine,
            "data": {"marker": marker}, "replica_initial_copy_s": replica.copy_s, "views_built_s": round(built_s, 1),
            "systems": LABEL, "views": VIEWS, "queries": {q: {"sql": QUERIES[q], **r} for q, r in results.items()}}
     args.out.parent.mkdir(parents=True, exist_ok=True)

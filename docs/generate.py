@@ -681,7 +681,7 @@ def more_page(files: dict[str, bytes | str]) -> str:
               [(f"`{q}`: view / replica / JDBC, best s", f"{d['best_s']['view']} / {d['best_s']['replica']} / "
                 f"{d['best_s']['jdbc']} (view {1 / d['view_vs_replica']:.1f}x faster than the replica,"
                 f" {1 / d['view_vs_jdbc']:.1f}x than JDBC)") for q, d in r["queries"].items()],
-              f"SF {r['sf']:g} ({r['data']['marker'].get('rows', {}).get('lineitem', 'about 6M'):,} lineitem rows); the same"
+              f"TPC-H SF {r['sf']:g} (lineitem: about {6 * r['sf']:g}M rows); the same"
               " queries with `spark.htap.viewRewrite` on (read from views `by_flags` and `by_day`) and off (the table's"
               " replica), and through Spark's JDBC catalog; answers equal; one session, runs interleaved, best of"
               f" {r['repeats']}; {r['note']} ([Derived views](../views.md)).")

@@ -240,7 +240,10 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       for (Expression g : tableGrouping) {
         if (!overGroups(g)) throw new NoMatch();
       }
-      // Everything matched by shape: only now the view's table is loaded (a bridge call).
+      // Every output derivable (a dry run over stand-in states: the optimizer calls the rule
+      // again and again, and a view that does not answer must cost no bridge call); only then
+      // the view's table is loaded.
+      for (NamedExpression e : tableOutputs) output(e);
       load();
       List<Expression> grouping = new ArrayList<>();
       for (Expression g : tableGrouping) grouping.add(map(g));
@@ -370,7 +373,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       if (e instanceof Attribute && names.containsKey(((Attribute) e).exprId())) {
         Attribute a = (Attribute) e;
         if (!groups.contains(a.exprId())) throw new NoMatch();
-        AttributeReference mapped = states.get(a.name());
+        AttributeReference mapped = states == null ? (AttributeReference) a : states.get(a.name());
         if (mapped == null || !mapped.dataType().sameType(a.dataType())) throw new NoMatch();
         return !a.nullable() && mapped.nullable() ? new KnownNotNull(mapped) : mapped;
       }
@@ -443,8 +446,14 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       return new Coalesce(seq(List.of(of(new Sum(state(state))), Literal.create(0L, DataTypes.LongType))));
     }
 
+    /** The view's state column {@code name}; before the view is loaded (a dry run), a stand-in. */
     private AttributeReference state(String name) {
-      AttributeReference a = name == null ? null : states.get(name);
+      if (name == null) throw new NoMatch();
+      if (states == null) {
+        return new AttributeReference(name, DataTypes.LongType, true, org.apache.spark.sql.types.Metadata.empty(),
+            NamedExpression$.MODULE$.newExprId(), seq(List.of()));
+      }
+      AttributeReference a = states.get(name);
       if (a == null) throw new NoMatch();
       return a;
     }
