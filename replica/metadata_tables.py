@@ -15,6 +15,7 @@ from htap.replica.models import (
     STATE_FAILED,
     KIND_TABLE,
     STATE_PENDING,
+    VIEWS_SCHEMA,
     Column,
     Delta,
     Layout,
@@ -40,6 +41,10 @@ class TableRecords(MetadataDatabase):
     def add_table(
         self, source: str, schema: str, name: str, columns: list[Column], key: list[str], arrow_schema: str
     ) -> TableInfo:
+        if schema.lower() == VIEWS_SCHEMA:
+            raise TableError(f"{schema}.{name}: the schema name {VIEWS_SCHEMA!r} is where spark-htap names derived views"
+                             f" (<catalog>.{VIEWS_SCHEMA}.<name>), so a table in a source schema of that name cannot be"
+                             " an HTAP table: move it to another schema")
         with self._tx():
             if self._one(
                 "SELECT 1 FROM tables WHERE source = ? AND schema_name = ? AND table_name = ?", (source, schema, name)

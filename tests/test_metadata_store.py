@@ -213,6 +213,8 @@ def test_views_are_tables_of_their_own_that_ingest_never_lists(store, tmp_path):
     assert store.views_of(view.table.id) == [] and store.list_views("other") == []
     with pytest.raises(TableError, match="already exists"):
         _view(store, t)
+    with pytest.raises(TableError, match="the schema name 'views' is where spark-htap names derived views"):
+        store.add_table("src", "Views", "t", [Column("id", "integer", False)], ["id"], "x")
     with pytest.raises(NoSuchTableError, match=r"views\.nope is not a view of source 'src' \(its views: by_v\)"):
         store.get_view("src", "nope")
     with pytest.raises(TableError, match="views by_v aggregate this table: drop them first"):

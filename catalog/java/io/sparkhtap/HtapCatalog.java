@@ -29,7 +29,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * Spark catalog for HTAP tables: {@code spark.sql.catalog.<name> = io.sparkhtap.HtapCatalog}.
  *
  * <p>Glue only. Table schemas come from the Python {@code htap} data source (which reads the
- * replica's metadata store); reads go through {@link HtapScanBuilder}.
+ * replica's metadata store); reads go through {@link HtapScanBuilder}. Namespace {@code views}
+ * holds derived views, which Spark reads as views ({@link #loadView}); {@code changes} holds
+ * change feeds; {@code htap} the system tables.
  */
 public class HtapCatalog implements RelationCatalog {
   static final String SHORT_NAME = "htap";
