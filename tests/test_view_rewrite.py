@@ -8,14 +8,12 @@ whatever the rule decided, and EXPLAIN says which ran."""
 from __future__ import annotations
 
 import random
-import threading
 from collections import Counter
 from decimal import Decimal
 
-import psycopg2
 import pytest
 
-from conftest import pg_dsn
+from account_writers import account_writers
 from workspace import wait_until
 
 VIEW_ALL = ("SELECT region, branch, count(*) AS cnt, sum(balance) AS total, avg(balance) AS mean, min(n) AS low,"
@@ -187,29 +185,6 @@ def test_under_writes_a_view_answers_as_its_table_at_each_snapshot(workspace, sp
     difference must be empty every time."""
     s = views
     ws = workspace
-    stop, errors = threading.Event(), []
-
-    def write(seed: int) -> None:
-        conn = psycopg2.connect(pg_dsn())
-        conn.autocommit = True
-        rng = random.Random(seed)
-        try:
-            while not stop.is_set():
-                with conn.cursor() as cur:
-                    cur.execute(f"UPDATE {s}.acc SET branch = %s, region = %s, balance = balance + %s, n = %s"
-                                f" WHERE id = %s", (rng.randint(0, 8), rng.choice(["r0", "r1", None]),
-                                                    rng.randint(-90, 90), rng.choice([None, rng.randint(0, 40)]),
-                                                    rng.randint(1, 400)))
-                    if rng.random() < 0.3:
-                        cur.execute(f"DELETE FROM {s}.acc WHERE id = %s", (rng.randint(1, 400),))
-                    if rng.random() < 0.3:
-                        cur.execute(f"INSERT INTO {s}.acc VALUES (%s, 1, 'r2', 75.5, 2) ON CONFLICT (id) DO NOTHING",
-                                    (rng.randint(1, 400),))
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
-        finally:
-            conn.close()
-
     pick = ("region, count(*) AS c, sum(balance) AS s, avg(balance) AS a, count(balance) AS k"
             " FROM {c}.{s}.acc WHERE balance >= 50{extra} GROUP BY region")
     from_view = "SELECT " + pick.format(c=catalog, s=s, extra="")
@@ -218,19 +193,11 @@ def test_under_writes_a_view_answers_as_its_table_at_each_snapshot(workspace, sp
     spark.conf.set("spark.htap.viewRewrite", "true")
     plan = spark.sql(both)._jdf.queryExecution().executedPlan().toString()
     assert f"{catalog}.views.v_big" in plan and f"{catalog}.{s}.acc" in plan, plan
-    writers = [threading.Thread(target=write, args=(i,)) for i in range(2)]
-    for w in writers:
-        w.start()
     seqs = set()
-    try:
+    with account_writers(s, ids=400, step=90, branches=8, inserted_balance="75.5"):
         for _ in range(6):
             before = ws.table("acc").max_safe_seq
             assert spark.sql(both).collect() == []
             wait_until(lambda: ws.table("acc").max_safe_seq > before, None, "the table to take more changes")
             seqs.add(before)
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
-    assert not errors, errors
     assert len(seqs) == 6
