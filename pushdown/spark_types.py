@@ -119,10 +119,11 @@ def rewrite_views(store, base) -> list[dict]:
         return []
     out = []
     for view in store.views_of(base.id):
-        if not view.table.readable or view.table.failover:
+        if not view.table.readable or view.table.failover or view.table.copy_seq is None:
             continue
         d = view.definition
         out.append({"name": view.name, "groups": list(d.groups), "filter": spark_filter(view.sql),
+                    "since": view.table.copy_seq,
                     "states": [{"name": s.name, "fn": s.fn, "arg": s.arg} for s in d.states],
                     "rows": store.delta_stats(view.table.id)[1]})
     return sorted(out, key=lambda v: v["rows"])

@@ -78,9 +78,10 @@ import scala.jdk.javaapi.CollectionConverters;
  *       summed sum and count, MIN/MAX(x) of minima/maxima (not of floating point columns,
  *       whose -0.0 and NaN Spark orders its own way). DISTINCT and FILTER aggregates are left.
  * </ul>
- * Anything else, a time-travel read, a catalog routing to the source or reading the service's
- * tail, and the table's failover or staleness settings (a view has no source table to fall back
- * to) leave the plan as it is: Spark reads the table. {@code spark.htap.viewRewrite=false}
+ * A catalog's {@code as_of_seq} (the seq {@code htap verify} replays at) is read from a view built
+ * at or before it. Anything else — time travel by version or time, a catalog routing to the
+ * source or reading the service's tail, the table's failover or staleness settings (a view has
+ * no source table to fall back to) — leaves the plan as it is: Spark reads the table. {@code spark.htap.viewRewrite=false}
  * turns the rule off. EXPLAIN shows the view's table ({@code <catalog>.views.<name>}) where
  * the table was.
  */
@@ -92,10 +93,12 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     final String name;
     final Set<String> groups;
     final String filter;  // Spark SQL over the table's columns; null: every row
+    final long since;  // the seq it was built at: it answers reads at that seq and after
     private final Map<String, String> states;  // "fn:arg" ("count:" is COUNT(*)) -> state column
 
-    private View(String name, Set<String> groups, String filter, Map<String, String> states) {
+    private View(String name, Set<String> groups, String filter, long since, Map<String, String> states) {
       this.name = name;
+      this.since = since;
       this.groups = groups;
       this.filter = filter;
       this.states = states;
@@ -111,7 +114,8 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
         for (JsonNode s : v.get("states")) {
           states.put(s.get("fn").asText() + ":" + (s.get("arg").isNull() ? "" : s.get("arg").asText()), s.get("name").asText());
         }
-        out.add(new View(v.get("name").asText(), groups, v.get("filter").isNull() ? null : v.get("filter").asText(), states));
+        out.add(new View(v.get("name").asText(), groups, v.get("filter").isNull() ? null : v.get("filter").asText(),
+            v.get("since").asLong(), states));
       }
       return out;
     }
@@ -143,7 +147,8 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     if (!(p instanceof DataSourceV2Relation) || !(((DataSourceV2Relation) p).table() instanceof HtapTable)) return null;
     DataSourceV2Relation relation = (DataSourceV2Relation) p;
     HtapTable table = (HtapTable) relation.table();
-    if (table.views.isEmpty() || !readsPresent(table.options)) return null;
+    Long seq = table.views.isEmpty() ? null : readSeq(table.options);
+    if (seq == null) return null;
     // Bottom up: what each projected column is over the table's columns, and every filter's
     // conjuncts over them (Spark pulls a grouping expression out into a projection below).
     Map<ExprId, Expression> defined = new HashMap<>();
@@ -172,6 +177,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
           : (NamedExpression) inline((Expression) e, defined));
     }
     for (View view : table.views) {
+      if (seq != PRESENT && seq < view.since) continue;  // before the view was built
       try {
         return new Match(aggregate, relation, table, view).plan(grouping, outputs, conjuncts);
       } catch (NoMatch e) {
@@ -193,16 +199,33 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     });
   }
 
-  /** Whether the table's reads are at the query's snapshot on the replica: what a view can answer. */
-  private static boolean readsPresent(Map<String, String> options) {
-    for (String key : List.of("as_of_version", "as_of_time", "as_of_seq", "source_snapshot")) {
+  /** The table's reads are at the query's snapshot: {@link #readSeq}'s answer. */
+  private static final long PRESENT = -1;
+
+  /**
+   * The seq the table is read at, for a view to be read at too: PRESENT (the query's snapshot),
+   * the catalog's {@code as_of_seq} (what {@code htap verify} replays at), or null when no view
+   * answers such a read: time travel by version or time, an exported source snapshot, the
+   * source route, or the service's in-memory tail (it holds the table's newest changes, not its
+   * views').
+   */
+  private static Long readSeq(Map<String, String> options) {
+    for (String key : List.of("as_of_version", "as_of_time", "source_snapshot")) {
       String v = options.get(key);
-      if (v != null && !v.isEmpty()) return false;
+      if (v != null && !v.isEmpty()) return null;
     }
-    // The service's in-memory tail holds the table's newest changes, not its views'.
     String tail = SQLConf.get().getConfString(HtapScan.READ_TAIL_CONF, "");
     if (tail.isBlank()) tail = options.getOrDefault("read_tail", "");
-    return !"true".equalsIgnoreCase(tail.trim()) && !"source".equalsIgnoreCase(options.getOrDefault("route", "auto"));
+    if ("true".equalsIgnoreCase(tail.trim()) || "source".equalsIgnoreCase(options.getOrDefault("route", "auto"))) {
+      return null;
+    }
+    String asOf = options.get("as_of_seq");
+    if (asOf == null || asOf.isBlank()) return PRESENT;
+    try {
+      return Long.parseLong(asOf.trim());
+    } catch (NumberFormatException e) {
+      return null;  // the scan says what is wrong with it
+    }
   }
 
   /** A view that does not answer the aggregate (thrown from deep inside the mapping, caught once). */
