@@ -133,7 +133,7 @@ class HtapCollector(Collector):
                     visible.add_metric([name], float(now_tail["visible"]))
                     tail_bytes.add_metric([name], float(now_tail["bytes"]))
                     tail_pins.add_metric([name], float(now_tail["pins"]))
-            for t in store.list_tables():
+            for t in store.list_tables(views=True):  # views have deltas and partitions too
                 labels = [t.source, t.qualified_name]
                 n, rows, nbytes = store.delta_stats(t.id)
                 deltas.add_metric(labels, float(n))

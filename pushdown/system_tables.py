@@ -53,7 +53,7 @@ def rows(store: MetadataStore, window_s: float, which: str, tails: dict[str, dic
     """The system table `which` now; `tails`: what the running services' tails hold, per source."""
     now = time.time()
     out = []
-    for t in store.list_tables():
+    for t in store.list_tables(views=True):  # a view is a replica table too (schema `views`)
         delay = None if t.max_safe_time is None else max(0.0, now - t.max_safe_time)
         if which == "freshness":
             out.append({

@@ -90,6 +90,10 @@ def _reads_as_its_own_sql(workspace, spark, catalog, views):
     assert plain == got
     shown = {r.tableName for r in spark.sql(f"SHOW TABLES IN {catalog}.views").collect()}
     assert shown >= {"v_all", "v_big"}
+    # The system table lists views beside tables, with their state and seq.
+    listed = {r.table_name: r for r in spark.sql(f"SELECT * FROM {catalog}.htap.tables WHERE schema_name = 'views'")
+              .collect()}
+    assert set(listed) == {"v_all", "v_big"} and all(r.state == "streaming" for r in listed.values())
 
 
 AGGREGATES = ["count(*)", "count(balance)", "sum(balance)", "avg(balance)", "min(n)", "max(n)", "sum(n)", "avg(n)",
