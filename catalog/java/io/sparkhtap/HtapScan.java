@@ -196,6 +196,11 @@ public class HtapScan implements Scan, SupportsReportStatistics, SupportsRuntime
 
   /** A session conf, else the catalog option, else null (for EXPLAIN; Python checks the values). */
   private String setting(String conf, String option) {
+    return setting(conf, option, options);
+  }
+
+  /** A session conf, else the option in {@code options}, else null (ViewRewrite reads readTail so too). */
+  static String setting(String conf, String option, Map<String, String> options) {
     String session = SQLConf.get().getConfString(conf, null);
     String value = session != null && !session.isBlank() ? session : options.get(option);
     return value == null || value.isBlank() ? null : value.trim();

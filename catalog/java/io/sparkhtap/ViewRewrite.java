@@ -214,9 +214,8 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       String v = options.get(key);
       if (v != null && !v.isEmpty()) return null;
     }
-    String tail = SQLConf.get().getConfString(HtapScan.READ_TAIL_CONF, "");
-    if (tail.isBlank()) tail = options.getOrDefault("read_tail", "");
-    if ("true".equalsIgnoreCase(tail.trim()) || "source".equalsIgnoreCase(options.getOrDefault("route", "auto"))) {
+    String tail = HtapScan.setting(HtapScan.READ_TAIL_CONF, "read_tail", options);
+    if ("true".equalsIgnoreCase(tail) || "source".equalsIgnoreCase(options.getOrDefault("route", "auto"))) {
       return null;
     }
     String asOf = options.get("as_of_seq");
