@@ -267,15 +267,23 @@ class ChangeFeedReader(DataSourceReader):
 class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of changes; offsets {"seq": n} (and "snapshot": the rows at n come first).
     With maxChangesPerTrigger a micro-batch ends at the last seq that keeps it within that many
-    row versions (a bigger transaction is one micro-batch of its own)."""
+    row versions (a bigger transaction is one micro-batch of its own).
+
+    A start that depends on when it is asked (latest, snapshot, a time) is the marker
+    {"seq": null} until the first micro-batch resolves it into its end offset ({"from": seq}),
+    which Spark writes to its offset log before the batch runs: Spark asks for the initial offset
+    again when it runs that batch (and after a restart before the batch committed), and a start
+    read anew each time made the snapshot and the next batch's changes overlap."""
 
     def __init__(self, options, schema):
         self.feed = _Feed(options, schema)
         self.target: int | None = None  # Trigger.AvailableNow: the seq the query ends at
 
     def initialOffset(self) -> dict:
-        start, snapshot = self.feed.start_seq(default=LATEST)
-        return {"seq": start, "snapshot": snapshot}
+        feed = self.feed.feed
+        if feed.start_time is None and feed.start not in (None, LATEST, SNAPSHOT):
+            return {"seq": int(feed.start), "snapshot": False}
+        return {"seq": None, "snapshot": feed.start == SNAPSHOT}
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -289,17 +297,23 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
+        start = start if start is not None else self.initialOffset()
         latest = self.feed.readable_seq() if self.target is None else self.target
         if latest is None:  # being copied again: nothing new until it is readable (then a reset)
-            return start if start is not None else self.initialOffset()
-        if start is not None and isinstance(limit, ReadMaxRows) and latest > start["seq"]:
-            latest = self.feed.seq_within(start["seq"], limit.max_rows, latest)
-        return {"seq": max(latest, start["seq"]) if start is not None else latest, "snapshot": False}
+            return start
+        begin = start["seq"]
+        if begin is None:  # the first micro-batch: where the feed starts, resolved once
+            begin = min(self.feed.start_seq(default=LATEST)[0], latest)
+        if isinstance(limit, ReadMaxRows) and latest > begin:
+            latest = self.feed.seq_within(begin, limit.max_rows, latest)
+        end = {"seq": max(latest, begin), "snapshot": False}
+        return end if start["seq"] is not None else {**end, "from": begin}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if start["seq"] >= end["seq"] and not start.get("snapshot"):
+        begin = start["seq"] if start["seq"] is not None else end["from"]
+        if begin >= end["seq"] and not start.get("snapshot"):
             return []
-        return [self.feed.partition(start["seq"], max(start["seq"], end["seq"]), bool(start.get("snapshot")))]
+        return [self.feed.partition(begin, max(begin, end["seq"]), bool(start.get("snapshot")))]
 
     def read(self, partition: ChangePartition) -> Iterator:
         yield from read_partition(partition)

@@ -335,6 +335,41 @@ def test_a_named_feed_keeps_its_changes_past_the_window(workspace, spark, tmp_pa
     assert rebuild(spark, sink) == feed.source_rows()
 
 
+@pytest.mark.pg
+def test_a_streams_first_batch_is_one_snapshot_however_often_spark_asks_where_it_starts(workspace):
+    """Spark asks a stream for its initial offset when it plans the first micro-batch, again when
+    it runs it, and again after a restart before that batch committed. Driven that way (the
+    reader as Spark calls it) with startingVersion=snapshot while the replica moves on between
+    the asks, the first batch is the rows at one seq and the next batches the changes after it:
+    applied in order they give the source table (a start read anew each time made the snapshot
+    hold changes the next batch read again)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from htap.pushdown.change_feed import ChangeFeedStreamReader, read_partition
+
+    ws = workspace
+    feed = FeedTable(ws, 2903, 4)
+    ws.wait_caught_up(feed.name)
+    options = {"config": str(ws.config), "table": f"{ws.schema}.{feed.name}", "readChangeFeed": "true",
+               "startingVersion": "snapshot"}
+    reader = ChangeFeedStreamReader(options, None)
+    limit = ReadMaxRows(8)
+    first_end = reader.latestOffset(reader.initialOffset(), limit)
+    feed.write(6)
+    ws.wait_caught_up(feed.name)
+    planned = [reader.partitions(reader.initialOffset(), first_end)]
+    again = ChangeFeedStreamReader(options, None)  # a restarted query, its first batch not committed
+    assert again.partitions(again.initialOffset(), json.loads(json.dumps(first_end))) == planned[0]
+    start = first_end
+    while (end := reader.latestOffset(start, limit)) != start:
+        planned.append(reader.partitions(start, end))
+        start = end
+    assert len(planned) > 2
+    batches = [b for partitions in planned for p in partitions for b in read_partition(p)]
+    changes = pa.Table.from_batches(batches).drop_columns(["_commit_timestamp"])
+    assert apply({}, changes, ["id", "v", "n", "big"]) == feed.source_rows()
+
+
 STREAM = """
 import sys
 from htap.catalog.shim import spark_session
@@ -381,8 +416,17 @@ def test_a_stream_killed_with_sigkill_resumes_exactly_once(workspace, spark, tmp
 
     try:
         stream = start()
-        feed.write(12)
-        wait_until(lambda: committed_batches() >= 2 or stream.poll() is not None, None, "two micro-batches in the sink")
+
+        def written_until_two_batches() -> bool:
+            # a transaction per poll: when the stream's JVM comes up after the service has
+            # replicated every write so far, its snapshot batch holds them all, and only later
+            # writes make a second micro-batch
+            if committed_batches() >= 2 or stream.poll() is not None:
+                return True
+            feed.write(1)
+            return False
+
+        wait_until(written_until_two_batches, None, "two micro-batches in the sink", interval=0.2)
         assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
         stream.send_signal(signal.SIGKILL)
         stream.wait()
