@@ -189,7 +189,7 @@ def cmd_tables_remove(args) -> int:
     schema, name = _table_name(args.table)
     with MetadataStore(cfg.metadata) as store:
         table = store.get_table(source.name, schema, name)
-        views = store.views_of(table.id)
+        views = store.views_using(table)
         if views:
             raise TableError(f"views {', '.join(v.name for v in views)} aggregate {schema}.{name}: drop them first"
                              f" (`htap views drop <name>`)")
@@ -207,7 +207,8 @@ VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def cmd_views_create(args) -> int:
-    from htap.replica.view_maintenance import GROUP_KEY, ViewShape, view_schema  # loads DuckDB
+    from htap.replica.view_bases import joined_schema  # loads DuckDB
+    from htap.replica.view_maintenance import GROUP_KEY, ViewShape, view_schema
     from htap.rewrite.views import parse_view
 
     if not VIEW_NAME.fullmatch(args.name):
@@ -216,13 +217,17 @@ def cmd_views_create(args) -> int:
     source = cfg.source(args.source)
     with MetadataStore(cfg.metadata) as store:
         tables = {t.qualified_name: t for t in store.list_tables(source.name)}
-        definition = parse_view(args.sql, {name: t.arrow_schema for name, t in tables.items()})
+        definition = parse_view(args.sql, {name: t.arrow_schema for name, t in tables.items()},
+                                {name: tuple(t.key) for name, t in tables.items()})
         base = tables[definition.table]
-        schema = view_schema(ViewShape.of(definition, base.key), base.arrow_schema)
+        shape = ViewShape.of(definition, base.key)
+        joined = joined_schema(shape, base.arrow_schema, [(d, tables[d.table].arrow_schema) for d in definition.dimensions])
+        schema = view_schema(shape, joined)
         columns = [Column(f.name, str(f.type), f.name != GROUP_KEY) for f in schema]
         view = store.add_view(base, args.name, args.sql, definition, columns, [GROUP_KEY], encode_schema(schema))
-    print(f"view {view.table.qualified_name} of {base.qualified_name} defined: a running `htap serve` builds it from"
-          f" the table at its next checkpoint, then keeps it at every checkpoint")
+    joins = "".join(f" joined with {d.table}" for d in definition.dimensions)
+    print(f"view {view.table.qualified_name} of {base.qualified_name}{joins} defined: a running `htap serve` builds it"
+          f" from the tables at its next checkpoint, then keeps it at every checkpoint")
     return 0
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from htap import engine
-from htap.errors import WarehouseError
+from htap.errors import NoSuchTableError, WarehouseError
 from htap.observe import phase
 from htap.replica.deltas import Changed, delete_delta_files, write_delta, write_partitioned
 from htap.replica.merge import ident
@@ -41,8 +41,9 @@ from htap.replica.models import (
     STATE_STREAMING,
     TableInfo,
 )
-from htap.replica.table_reads import read_at, rows_at
-from htap.replica.view_maintenance import ViewShape, backfill_sql, checkpoint_changes, group_changes, keyed_sql
+from htap.replica.table_reads import read_at
+from htap.replica.view_bases import ViewBase
+from htap.replica.view_maintenance import ViewShape, backfill_sql, group_changes, keyed_sql
 from htap.replica.warehouse import Warehouse
 
 log = logging.getLogger(__name__)
@@ -64,31 +65,38 @@ class ViewKeeper:
     def __init__(self, warehouse: Warehouse, source: str):
         self.warehouse = warehouse
         self.source = source
-        self._kept: list[tuple[ViewInfo, TableInfo]] = []  # this checkpoint's views to keep, with their bases
+        self._kept: list[tuple[ViewInfo, ViewBase]] = []  # this checkpoint's views to keep, with their tables
         self._failures: list[tuple[int, str]] = []  # views that failed in `prepare`: committed by `write`
         self._position: int | None = None  # the source's durable seq when the checkpoint began (P)
 
     def prepare(self, store: MetadataStore) -> dict[int, list[Changed]]:
         """Before a checkpoint writes its deltas: build pending views, move views of re-copied or
-        failed bases, and return an empty `changed` list per base table whose views are kept
-        (for `write_partitioned`)."""
+        failed tables, and return an empty `changed` list per table whose views are kept (for
+        `write_partitioned`): a join view's table and its dimensions."""
         self._kept, failures = [], []
         self._position = store.source_position(self.source)
         for view in store.list_views(self.source):
-            base = store.table_by_id(view.base_id)
             state = view.table.state
-            if base.state == STATE_FAILED:
+            try:
+                base = ViewBase.of(store, view)
+            except NoSuchTableError as e:
                 if state != STATE_FAILED:
-                    failures.append((view.table.id, f"view {view.name}: its base table {base.qualified_name} failed"
-                                                    f" ({base.error}); `htap views rebuild {view.name}` once it is copied again"))
+                    failures.append((view.table.id, str(e)))
                 continue
-            if base.state != STATE_STREAMING:
+            broken = next((t for t in base.tables if t.state == STATE_FAILED), None)
+            if broken is not None:
+                if state != STATE_FAILED:
+                    failures.append((view.table.id, f"view {view.name}: its table {broken.qualified_name} failed"
+                                                    f" ({broken.error}); `htap views rebuild {view.name}` once it is copied again"))
+                continue
+            copying = next((t for t in base.tables if t.state != STATE_STREAMING), None)
+            if copying is not None:
                 if state in (STATE_STREAMING, STATE_CATCHING_UP):
-                    store.resync(view.table.id, f"its base table {base.qualified_name} is being copied again")
+                    store.resync(view.table.id, f"its table {copying.qualified_name} is being copied again")
                 continue
             # (copying: a build the service was killed in the middle of)
             if state in (STATE_PENDING, STATE_COPYING) and self._position is not None \
-                    and base.max_safe_seq == self._position:
+                    and all(t.max_safe_seq == self._position for t in base.tables):
                 try:
                     view = self._build(store, view, base, self._position)
                 except WarehouseError:
@@ -100,40 +108,44 @@ class ViewKeeper:
             if state in (STATE_STREAMING, STATE_CATCHING_UP):
                 self._kept.append((view, base))
         self._failures = failures
-        return {base.id: [] for _, base in self._kept}
+        return {t.id: [] for _, base in self._kept for t in base.tables}
 
-    def _build(self, store: MetadataStore, view: ViewInfo, base: TableInfo, seq: int) -> ViewInfo:
-        """The view as of `seq`: the aggregate of its base then, one delta at `seq`."""
+    def _build(self, store: MetadataStore, view: ViewInfo, base: ViewBase, seq: int) -> ViewInfo:
+        """The view as of `seq`: the aggregate of its (joined) rows then, one delta at `seq`."""
         with phase("view_build"):
             for path in store.start_copy(view.table.id):
                 delete_delta_files(self.warehouse, path)
-            shape = ViewShape.of(view.definition, base.key)
-            with rows_at(self.warehouse, store, base, seq, shape.base_columns(), HOLDER) as (con, rows):
+            shape = ViewShape.of(view.definition, base.table.key)
+            with base.rows_at(self.warehouse, store, seq, shape, HOLDER) as (con, rows):
                 states = con.sql(backfill_sql(shape, f"({rows})")).to_arrow_table()
             data = _stored(states, shape, view.table, seq)
             deltas = [write_delta(self.warehouse, view.table, data)] if data.num_rows else []
             store.finish_copy(view.table.id, deltas, seq, None)
-        log.info("view %s built from %s at seq %s: %d groups", view.name, base.qualified_name, seq, data.num_rows)
+        log.info("view %s built from %s at seq %s: %d groups", view.name,
+                 " joined with ".join(t.qualified_name for t in base.tables), seq, data.num_rows)
         return store.get_view(self.source, view.name)
 
     def write(self, store: MetadataStore, changed: dict[int, list[Changed]], truncations: list[tuple[int, int]],
               failed: set[int], locks: ExitStack) -> Kept:
-        """After the base deltas are written: each kept view's delta for this checkpoint, its
-        truncations and the views that failed (to commit with the base deltas)."""
+        """After the table deltas are written: each kept view's delta for this checkpoint, its
+        truncations and the views that failed (to commit with the table deltas)."""
         kept = Kept(failures=list(self._failures))
         previous = self._position
+        cuts: dict[int, list[int]] = {}
+        for t, s in truncations:
+            cuts.setdefault(t, []).append(s)
         for view, base in self._kept:
-            if base.id in failed:
-                kept.failures.append((view.table.id, f"view {view.name}: its base table {base.qualified_name} failed"
+            broken = next((t for t in base.tables if t.id in failed), None)
+            if broken is not None:
+                kept.failures.append((view.table.id, f"view {view.name}: its table {broken.qualified_name} failed"
                                                      f" in this checkpoint; `htap views rebuild {view.name}` once it is copied again"))
                 continue
-            cuts = sorted(s for t, s in truncations if t == base.id)
-            reports = changed.get(base.id, [])
-            if previous is None or not (cuts or any(c.versions.num_rows for c in reports)):
+            moved = any(cuts.get(t.id) or any(c.versions.num_rows for c in changed.get(t.id, [])) for t in base.tables)
+            if previous is None or not moved:
                 continue
             try:
                 with phase("views"):
-                    deltas = self._keep(store, view, base, previous, reports, cuts, locks)
+                    deltas, ended = self._keep(store, view, base, previous, changed, cuts, locks)
             except WarehouseError:
                 raise
             except Exception as e:  # noqa: BLE001 - the view fails alone, with what went wrong
@@ -141,32 +153,33 @@ class ViewKeeper:
                                                      f" `htap views rebuild {view.name}` builds it again"))
                 continue
             kept.deltas += deltas
-            kept.truncations += [(view.table.id, s) for s in cuts]
+            kept.truncations += [(view.table.id, s) for s in ended]
         return kept
 
-    def _keep(self, store: MetadataStore, view: ViewInfo, base: TableInfo, previous: int, reports: list[Changed],
-              cuts: list[int], locks: ExitStack) -> list[NewDelta]:
-        """The view's delta for one checkpoint of its base: the states at P of its groups (the
-        view read at P), the base's reports turned into group versions, written under the view's
-        partition lock (held until the commit, like the base's)."""
-        shape = ViewShape.of(view.definition, base.key)
-        versions, before = checkpoint_changes(reports, base.arrow_schema, store.truncated_at(base.id, previous))
+    def _keep(self, store: MetadataStore, view: ViewInfo, base: ViewBase, previous: int,
+              changed: dict[int, list[Changed]], cuts: dict[int, list[int]],
+              locks: ExitStack) -> tuple[list[NewDelta], list[int]]:
+        """The view's delta for one checkpoint and the seqs it is truncated at: the states at P of
+        its groups (the view read at P), the tables' reports turned into group versions, written
+        under the view's partition lock (held until the commit, like the tables')."""
+        shape = ViewShape.of(view.definition, base.table.key)
+        before, versions, ended = base.checkpoint(self.warehouse, store, shape, previous, changed, cuts, HOLDER)
         states = [*shape.groups, *shape.state_columns()]
         old = read_at(self.warehouse, store, view.table, previous, states, HOLDER)
 
         def extremes(groups: pa.Table) -> pa.Table:
-            # MIN/MAX at P of the groups' rows the checkpoint leaves alone (a read of the base at P).
-            with rows_at(self.warehouse, store, base, previous, shape.base_columns(), HOLDER) as (con, rows):
+            # MIN/MAX at P of the groups' rows the checkpoint leaves alone (a read of the rows at P).
+            with base.rows_at(self.warehouse, store, previous, shape, HOLDER) as (con, rows):
                 con.register("__groups", groups)
-                con.register("__changed", versions.select(list(base.key)))
+                con.register("__changed", versions.select(list(base.table.key)))
                 return con.sql(_extremes_sql(shape, f"({rows})")).to_arrow_table()
 
-        out = group_changes(shape, previous, before, versions, old, cuts, extremes)
+        out = group_changes(shape, previous, before, versions, old, ended, extremes)
         if not out.num_rows:
-            return []
+            return [], ended
         data = _stored(out, shape, view.table, None)
         live = lambda part: {d.path: d.checksum for d in store.deltas(view.table.id, part)}  # noqa: E731
-        return write_partitioned(self.warehouse, view.table, data, live, locks, store)
+        return write_partitioned(self.warehouse, view.table, data, live, locks, store), ended
 
 
 def _stored(rows: pa.Table, shape: ViewShape, table: TableInfo, seq: int | None) -> pa.Table:

@@ -390,15 +390,18 @@ class SourcePartition(InputPartition):
     agreement: object = None  # htap.pushdown.source_reader.SourceReadAgreement, for a snapshot of its own
 
 
-def _access_target(store, table, scan) -> tuple:
-    """The source table and columns a scan reads, as the source's privileges see it: a derived
-    view's states read the columns of its base table that its groups, aggregates and filter use."""
+def _access_targets(store, table, scan) -> list[tuple]:
+    """The source tables and columns a scan reads, as the source's privileges see it: a derived
+    view's states read the columns of its tables that its groups, aggregates, filter and joins use."""
     if table.kind != KIND_VIEW:
-        return table, sorted(scan.referenced())
+        return [(table, sorted(scan.referenced()))]
+    from htap.replica.view_bases import ViewBase
     from htap.replica.view_maintenance import ViewShape
 
     view = store.get_view(table.source, table.name)
-    return store.table_by_id(view.base_id), sorted(ViewShape.of(view.definition, ()).base_columns())
+    base = ViewBase.of(store, view)
+    # (without the table's key: the states show nothing of it)
+    return [(t, sorted(columns)) for t, columns in base.columns_of(ViewShape.of(view.definition, ()))]
 
 
 def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
@@ -425,9 +428,10 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
         role = opts.reader_role(cfg, source)  # round trips to the source: before the metadata transaction
         if role:
             for table, scan in zip(tables, plan.scans):
-                denied = check_access(source, role, *_access_target(store, table, scan))
-                if denied:
-                    raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
+                for target in _access_targets(store, table, scan):
+                    denied = check_access(source, role, *target)
+                    if denied:
+                        raise PermissionError(f"{PERMISSION_MARKER}: {denied}: the replica never widens access")
         problem = open_warehouse(cfg).unreachable()
         note = pin = None
         if problem is None and opts.as_of_seq is None and opts.as_of_time is None and opts.route != ROUTE_SOURCE:

@@ -119,8 +119,8 @@ def rewrite_views(store, base) -> list[dict]:
         return []
     out = []
     for view in store.views_of(base.id):
-        if not view.table.readable or view.table.failover or view.table.copy_seq is None:
-            continue
+        if not view.table.readable or view.table.failover or view.table.copy_seq is None or view.definition.dimensions:
+            continue  # (a join view is read as its SQL: the rule matches one table's aggregates)
         d = view.definition
         out.append({"name": view.name, "groups": list(d.groups), "filter": spark_filter(view.sql),
                     "since": view.table.copy_seq,

@@ -75,6 +75,11 @@ class ViewRecords(TableRecords):
         """The views that aggregate this table (each kept from its checkpoints)."""
         return self._views("v.base_id = ?", (base_id,))
 
+    def views_using(self, table: TableInfo) -> list[ViewInfo]:
+        """The views that aggregate this table or join it as a dimension."""
+        return [v for v in self.list_views(table.source)
+                if v.base_id == table.id or any(d.table == table.qualified_name for d in v.definition.dimensions)]
+
     def _views(self, condition: str, params: tuple) -> list[ViewInfo]:
         columns = ", ".join(f"t.{c.strip()}" for c in self._TABLE_COLUMNS.split(","))
         rows = self._all(f"SELECT {columns}, {self._VIEW_COLUMNS} FROM views v JOIN tables t ON t.id = v.table_id"

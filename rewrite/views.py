@@ -1,13 +1,19 @@
 """Aggregate view definitions (issue 31): the SQL a user gives `htap views create`, checked to be
 one the replica can keep exact at every checkpoint, and what maintaining it takes.
 
-A maintainable view is `SELECT <group columns and aggregates> FROM <table> [WHERE <condition>]
-GROUP BY <columns>` over one HTAP table: aggregates SUM, COUNT, COUNT(*), AVG, MIN and MAX of a
-column; a condition of comparisons of a column with a literal, IN lists, IS [NOT] NULL and
-BETWEEN, joined by AND / OR / NOT. Anything else is refused with the reason — a DISTINCT
-aggregate (a removed row cannot be taken out of it), a SUM or AVG of a floating point column
-(signed sums of floats drift from a recomputation), an expression as a group or argument, a join,
-HAVING, ORDER BY, LIMIT, a window, a subquery.
+A maintainable view is `SELECT <group columns and aggregates> FROM <table> [JOIN <dimension> ON
+<its whole primary key> ...] [WHERE <condition>] GROUP BY <columns>` over HTAP tables of one
+source: aggregates SUM, COUNT, COUNT(*), AVG, MIN and MAX of a column; a condition of comparisons
+of a column with a literal, IN lists, IS [NOT] NULL and BETWEEN, joined by AND / OR / NOT.
+Anything else is refused with the reason — a DISTINCT aggregate (a removed row cannot be taken
+out of it), a SUM or AVG of a floating point column (signed sums of floats drift from a
+recomputation), an expression as a group or argument, an outer join or a join on anything but a
+dimension's primary key, HAVING, ORDER BY, LIMIT, a window, a subquery.
+
+A join view aggregates its joined rows: one per row of its table (a dimension joined by its whole
+key matches at most one row), keyed by the table's key. Its columns are named as the table's own
+and, for a dimension's, `<alias>__<column>` (`Dimension`); the maintenance keeps it from the
+changes of every table it joins (htap.replica.view_bases).
 
 The definition keeps the states the maintenance needs beside what the user asked for: an AVG is a
 sum and a count of its column (Spark's AVG computed from them when read); every SUM has a count
@@ -52,6 +58,25 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Dimension:
+    """A table inner-joined to the view's table by its whole primary key: `on` pairs a column of
+    the view's table with each of its key columns; `columns`: its columns the view uses, which
+    its groups, aggregates and filter name `<alias>__<column>`."""
+
+    table: str  # schema.table
+    alias: str
+    on: tuple[tuple[str, str], ...]  # (column of the view's table, key column of this table)
+    columns: tuple[str, ...]
+
+    def name(self, column: str) -> str:
+        """The joined rows' name of one of its columns."""
+        return f"{self.alias}{DIMENSION_SEPARATOR}{column}"
+
+
+DIMENSION_SEPARATOR = "__"
+
+
+@dataclass(frozen=True)
 class ViewDefinition:
     """What `htap views create` keeps of a view: its base table, group columns, the states kept
     per group (`_rows`, COUNT(*), always first), the columns users read, and the filter as
@@ -62,6 +87,7 @@ class ViewDefinition:
     states: tuple[State, ...]
     outputs: tuple[Output, ...]
     filter_sql: str | None
+    dimensions: tuple[Dimension, ...] = ()  # joined by their keys (a join view)
 
     def to_json(self) -> str:
         """As the metadata store keeps it (`views.definition`)."""
@@ -72,7 +98,9 @@ class ViewDefinition:
         d = json.loads(text)
         return cls(d["table"], tuple(d["groups"]), tuple(State(**x) for x in d["states"]),
                    tuple(Output(x["name"], x["kind"], tuple(x["states"]), x["column"]) for x in d["outputs"]),
-                   d["filter_sql"])
+                   d["filter_sql"],
+                   tuple(Dimension(x["table"], x["alias"], tuple(tuple(p) for p in x["on"]), tuple(x["columns"]))
+                         for x in d.get("dimensions", ())))
 
 
 ROWS_STATE = "_rows"
@@ -80,9 +108,10 @@ _AGGREGATES = {exp.Sum: "sum", exp.Count: "count", exp.Avg: "avg", exp.Min: "min
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 
 
-def parse_view(sql: str, tables: dict[str, pa.Schema]) -> ViewDefinition:
-    """The definition of a view given as Spark SQL over `tables` (schema.table -> its columns),
-    or a ViewDefinitionError saying why the replica cannot keep it."""
+def parse_view(sql: str, tables: dict[str, pa.Schema], keys: dict[str, tuple[str, ...]] | None = None) -> ViewDefinition:
+    """The definition of a view given as Spark SQL over `tables` (schema.table -> its columns;
+    `keys`: their primary keys, which a join must use), or a ViewDefinitionError saying why the
+    replica cannot keep it."""
     try:
         statements = sqlglot.parse(sql, read="spark")
     except sqlglot.errors.ParseError as e:
@@ -91,12 +120,16 @@ def parse_view(sql: str, tables: dict[str, pa.Schema]) -> ViewDefinition:
         raise ViewDefinitionError("a view is one SELECT ... FROM <table> [WHERE ...] GROUP BY ... statement")
     select = statements[0]
     _refuse_clauses(select)
-    table, schema = _table(select, tables)
-    groups = _groups(select, schema)
+    scope = _Scope()
+    source = select.args.get("from_") or select.args.get("from")
+    table = scope.name_of(scope.add(source.this if source is not None else None, tables))
+    joins = [(join, scope.add(join.this, tables)) for join in select.args.get("joins") or ()]
+    on = [_join_keys(join, alias, scope, (keys or {}).get(scope.name_of(alias), ())) for join, alias in joins]
+    groups = _groups(select, scope)
     states: dict[tuple[str, str | None], State] = {("count", None): State(ROWS_STATE, "count", None)}
     outputs: list[Output] = []
     for item in select.expressions:
-        outputs.append(_output(item, schema, set(groups), states))
+        outputs.append(_output(item, scope, set(groups), states))
     names = [o.name for o in outputs]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:
@@ -104,14 +137,15 @@ def parse_view(sql: str, tables: dict[str, pa.Schema]) -> ViewDefinition:
     where = select.args.get("where")
     filter_sql = None
     if where is not None:
-        _check_condition(where.this, schema)
-        filter_sql = where.this.sql(dialect="duckdb")
-    return ViewDefinition(table, tuple(groups), tuple(states.values()), tuple(outputs), filter_sql)
+        _check_condition(where.this, scope)
+        filter_sql = scope.joined(where.this).sql(dialect="duckdb")
+    dimensions = tuple(Dimension(scope.name_of(alias), alias, pairs, tuple(scope.used(alias)))
+                       for (_join, alias), pairs in zip(joins, on))
+    return ViewDefinition(table, tuple(groups), tuple(states.values()), tuple(outputs), filter_sql, dimensions)
 
 
 def _refuse_clauses(select: exp.Select) -> None:
     why = {
-        "joins": "a view over a join is not built yet: one table per view",
         "having": "HAVING filters the groups, which then appear and vanish as their aggregates change: filter when reading the view",
         "order": "ORDER BY belongs to the queries that read the view",
         "limit": "LIMIT belongs to the queries that read the view",
@@ -130,45 +164,133 @@ def _refuse_clauses(select: exp.Select) -> None:
         raise ViewDefinitionError("a view needs GROUP BY (a global aggregate: GROUP BY nothing is not built yet)")
 
 
-def _table(select: exp.Select, tables: dict[str, pa.Schema]) -> tuple[str, pa.Schema]:
-    source = select.args.get("from_") or select.args.get("from")
-    table = source.this if source is not None else None
-    if not isinstance(table, exp.Table) or not table.db:
-        raise ViewDefinitionError("FROM must name one HTAP table as <schema>.<table>")
-    name = f"{table.db}.{table.name}"
-    if name not in tables:
-        known = ", ".join(sorted(tables)) or "none"
-        raise ViewDefinitionError(f"{name} is not an HTAP table of this source (its tables: {known}); "
-                                  f"add it with `htap tables add {name}` first")
-    return name, tables[name]
+class _Scope:
+    """The tables a view's SQL names — its table first, then its dimensions — by alias, and the
+    joined rows' name (`Dimension.name`; the table's own columns keep theirs) and type of each
+    column it resolves."""
+
+    def __init__(self):
+        self._tables: dict[str, tuple[str, pa.Schema]] = {}  # alias (lower case) -> (schema.table, columns)
+        self._aliases: list[str] = []
+        self._used: dict[str, list[str]] = {}
+        self._fields: dict[str, pa.Field] = {}
+
+    def add(self, table: exp.Expression | None, tables: dict[str, pa.Schema]) -> str:
+        """Add a FROM or JOIN table; its alias (the view's table: its schema.table)."""
+        if not isinstance(table, exp.Table) or not table.db:
+            raise ViewDefinitionError("FROM and JOIN must name HTAP tables as <schema>.<table>")
+        name = f"{table.db}.{table.name}"
+        if name not in tables:
+            known = ", ".join(sorted(tables)) or "none"
+            raise ViewDefinitionError(f"{name} is not an HTAP table of this source (its tables: {known}); "
+                                      f"add it with `htap tables add {name}` first")
+        if any(n == name for n, _ in self._tables.values()):
+            raise ViewDefinitionError(f"{name} is joined twice: a view joins each table once")
+        alias = (table.alias or table.name).lower()
+        if alias in self._tables:
+            raise ViewDefinitionError(f"two tables are named {alias!r} in the view: give each its own alias")
+        first = not self._tables
+        self._tables[alias] = (name, tables[name])
+        self._aliases.append(alias)
+        self._used[alias] = []
+        for f in tables[name]:
+            joined = f.name if first else f"{alias}{DIMENSION_SEPARATOR}{f.name}"
+            if joined in self._fields:
+                raise ViewDefinitionError(f"the column {joined!r} of the joined rows would be two columns: alias "
+                                          f"{name} otherwise")
+            self._fields[joined] = pa.field(joined, f.type)
+        return alias
+
+    def name_of(self, alias: str) -> str:
+        return self._tables[alias][0]
+
+    def used(self, alias: str) -> list[str]:
+        return self._used[alias]
+
+    def resolve(self, e: exp.Expression, what: str) -> str:
+        """The joined rows' name of a column reference (qualified by alias or table, or unique)."""
+        if not isinstance(e, exp.Column):
+            raise ViewDefinitionError(f"{what} must be a column of the table, not {e.sql(dialect='spark')}")
+        if e.table:
+            alias = e.table.lower()
+            if alias not in self._tables:
+                raise ViewDefinitionError(f"{what}: {e.sql(dialect='spark')} names no table of the view "
+                                          f"(its tables: {', '.join(self._aliases)})")
+            candidates = [alias]
+        else:
+            candidates = [a for a in self._aliases if e.name in self._tables[a][1].names]
+        if len(candidates) > 1:
+            raise ViewDefinitionError(f"{what}: {e.name} is a column of {' and '.join(candidates)}: qualify it")
+        if not candidates or e.name not in self._tables[candidates[0]][1].names:
+            table = self._tables[candidates[0] if candidates else self._aliases[0]]
+            raise ViewDefinitionError(f"{what}: the table has no column {e.name!r} (the columns of {table[0]}: "
+                                      f"{', '.join(table[1].names)})")
+        alias = candidates[0]
+        if e.name not in self._used[alias]:
+            self._used[alias].append(e.name)
+        return e.name if alias == self._aliases[0] else f"{alias}{DIMENSION_SEPARATOR}{e.name}"
+
+    def field(self, joined: str) -> pa.Field:
+        return self._fields[joined]
+
+    def joined(self, condition: exp.Expression) -> exp.Expression:
+        """`condition` with every column named as in the joined rows (unqualified, quoted)."""
+        return condition.transform(lambda n: exp.column(self.resolve(n, "a column"), quoted=True)
+                                   if isinstance(n, exp.Column) else n)
 
 
-def _column(e: exp.Expression, schema: pa.Schema, what: str) -> str:
-    if not isinstance(e, exp.Column):
-        raise ViewDefinitionError(f"{what} must be a column of the table, not {e.sql(dialect='spark')}")
-    if e.name not in schema.names:
-        raise ViewDefinitionError(f"{what}: the table has no column {e.name!r} (its columns: {', '.join(schema.names)})")
-    return e.name
+def _join_keys(join: exp.Join, alias: str, scope: _Scope, key: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The (table column, dimension key column) pairs of an inner join on the dimension's whole
+    primary key, or why a join is not maintainable."""
+    name = scope.name_of(alias)
+    if join.args.get("side") or (join.args.get("kind") or "INNER").upper() != "INNER" or join.args.get("using"):
+        raise ViewDefinitionError(f"the join with {name}: only an inner JOIN ... ON its primary key is maintainable")
+    on = join.args.get("on")
+    conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on is not None else []
+    pairs = []
+    for c in conjuncts:
+        c = c.unnest() if isinstance(c, exp.Paren) else c
+        if not (isinstance(c, exp.EQ) and isinstance(c.left, exp.Column) and isinstance(c.right, exp.Column)):
+            raise ViewDefinitionError(f"the join with {name}: ON must equate columns of the view's table with "
+                                      f"{name}'s primary key ({', '.join(key) or 'none'}), not "
+                                      f"{c.sql(dialect='spark') if c is not None else 'nothing'}")
+        left, right = scope.resolve(c.left, "a join column"), scope.resolve(c.right, "a join column")
+        prefix = f"{alias}{DIMENSION_SEPARATOR}"
+        if right.startswith(prefix) and DIMENSION_SEPARATOR not in left:
+            fact, dim = left, right
+        elif left.startswith(prefix) and DIMENSION_SEPARATOR not in right:
+            fact, dim = right, left
+        else:
+            raise ViewDefinitionError(f"the join with {name}: {c.sql(dialect='spark')} must equate a column of the "
+                                      f"view's table with one of {name} (dimensions join the view's table only)")
+        ft, dt = scope.field(fact).type, scope.field(dim).type
+        if ft != dt and not (pa.types.is_integer(ft) and pa.types.is_integer(dt)):
+            raise ViewDefinitionError(f"the join with {name}: {fact} ({ft}) and {dim} ({dt}) differ in type")
+        pairs.append((fact, dim[len(prefix):]))
+    if not key or sorted(d for _, d in pairs) != sorted(key):
+        raise ViewDefinitionError(f"the join with {name}: ON must cover its primary key ({', '.join(key) or 'none'})"
+                                  f" exactly, so that each row of the view's table joins at most one of its rows")
+    return tuple(pairs)
 
 
-def _groups(select: exp.Select, schema: pa.Schema) -> list[str]:
+def _groups(select: exp.Select, scope: _Scope) -> list[str]:
     groups = []
     for g in select.args["group"].expressions:
-        name = _column(g, schema, "a GROUP BY item (expressions are not built yet)")
+        name = scope.resolve(g, "a GROUP BY item (expressions are not built yet)")
         if name not in groups:
             groups.append(name)
     return groups
 
 
-def _output(item: exp.Expression, schema: pa.Schema, groups: set[str],
+def _output(item: exp.Expression, scope: _Scope, groups: set[str],
             states: dict[tuple[str, str | None], State]) -> Output:
     alias = item.alias if isinstance(item, exp.Alias) else None
     e = item.this if isinstance(item, exp.Alias) else item
     if isinstance(e, exp.Column):
-        name = _column(e, schema, "a selected column")
+        name = scope.resolve(e, "a selected column")
         if name not in groups:
             raise ViewDefinitionError(f"{name} is selected but not in GROUP BY: select group columns and aggregates only")
-        return Output(alias or name, "group", (), name)
+        return Output(alias or e.name, "group", (), name)
     kind = _AGGREGATES.get(type(e))
     if kind is None:
         raise ViewDefinitionError(f"{e.sql(dialect='spark')} is neither a group column nor SUM, COUNT, AVG, MIN or MAX"
@@ -179,8 +301,8 @@ def _output(item: exp.Expression, schema: pa.Schema, groups: set[str],
         if kind != "count":
             raise ViewDefinitionError(f"{e.sql(dialect='spark')} is not an aggregate of a column")
         return Output(alias or "count", "count", (ROWS_STATE,), None)
-    column = _column(e.this, schema, f"the argument of {kind.upper()}")
-    t = schema.field(column).type
+    column = scope.resolve(e.this, f"the argument of {kind.upper()}")
+    t = scope.field(column).type
     if kind in ("sum", "avg") and pa.types.is_floating(t):
         raise ViewDefinitionError(f"{kind.upper()}({column}) of a floating point column: sums of floats kept by adding"
                                   " and subtracting changes drift from a recomputation; not maintainable exactly")
@@ -193,49 +315,49 @@ def _output(item: exp.Expression, schema: pa.Schema, groups: set[str],
     return Output(alias or f"{kind}_{column}", kind, tuple(states[(fn, column)].name for fn in used), column)
 
 
-def _check_condition(e: exp.Expression, schema: pa.Schema) -> None:
+def _check_condition(e: exp.Expression, scope: _Scope) -> None:
     """AND / OR / NOT over comparisons of a column with a literal, IN lists, IS [NOT] NULL and
     BETWEEN; strings compared by equality only (ranges of strings follow each engine's collation)."""
     if isinstance(e, exp.Paren):
-        return _check_condition(e.this, schema)
+        return _check_condition(e.this, scope)
     if isinstance(e, (exp.And, exp.Or)):
-        _check_condition(e.left, schema)
-        return _check_condition(e.right, schema)
+        _check_condition(e.left, scope)
+        return _check_condition(e.right, scope)
     if isinstance(e, exp.Not):
-        return _check_condition(e.this, schema)
+        return _check_condition(e.this, scope)
     if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
-        _column(e.this, schema, "IS NULL's operand")
+        scope.resolve(e.this, "IS NULL's operand")
         return None
     if isinstance(e, exp.In) and not e.args.get("query"):
-        column = _column(e.this, schema, "IN's operand")
+        column = scope.resolve(e.this, "IN's operand")
         for v in e.expressions:
-            _literal(v, column, schema)
+            _literal(v, column)
         return None
     if isinstance(e, exp.Between):
-        column = _column(e.this, schema, "BETWEEN's operand")
-        _ordered(column, schema, "BETWEEN")
-        _literal(e.args["low"], column, schema)
-        _literal(e.args["high"], column, schema)
+        column = scope.resolve(e.this, "BETWEEN's operand")
+        _ordered(column, scope, "BETWEEN")
+        _literal(e.args["low"], column)
+        _literal(e.args["high"], column)
         return None
     if isinstance(e, _COMPARISONS):
         left, right = (e.left, e.right) if isinstance(e.left, exp.Column) else (e.right, e.left)
-        column = _column(left, schema, f"{e.sql(dialect='spark')}: a comparison's column")
+        column = scope.resolve(left, f"{e.sql(dialect='spark')}: a comparison's column")
         if not isinstance(e, (exp.EQ, exp.NEQ)):
-            _ordered(column, schema, e.key.upper())
-        _literal(right, column, schema)
+            _ordered(column, scope, e.key.upper())
+        _literal(right, column)
         return None
     raise ViewDefinitionError(f"the WHERE condition {e.sql(dialect='spark')} is not maintainable: compare columns with"
                               " literals (=, <>, <, <=, >, >=, IN, BETWEEN, IS NULL), joined by AND, OR, NOT")
 
 
-def _ordered(column: str, schema: pa.Schema, what: str) -> None:
-    t = schema.field(column).type
+def _ordered(column: str, scope: _Scope, what: str) -> None:
+    t = scope.field(column).type
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t):
         raise ViewDefinitionError(f"{what} on the string column {column}: string order follows each engine's collation;"
                                   " compare strings with = , <> or IN")
 
 
-def _literal(e: exp.Expression, column: str, schema: pa.Schema) -> None:
+def _literal(e: exp.Expression, column: str) -> None:
     if isinstance(e, exp.Neg):
         e = e.this
     if not isinstance(e, (exp.Literal, exp.Boolean, exp.Cast)) or (isinstance(e, exp.Cast) and not isinstance(e.this, exp.Literal)):
@@ -244,12 +366,13 @@ def _literal(e: exp.Expression, column: str, schema: pa.Schema) -> None:
 
 def spark_view_sql(sql: str, catalog: str) -> str:
     """The view's SQL as Spark reads `<catalog>.views.<name>` (HtapCatalog.loadView): the user's
-    aggregate with its table named in `catalog`, so Spark computes exactly what the SQL says —
+    aggregate with its tables named in `catalog`, so Spark computes exactly what the SQL says —
     from the view's states when the ViewRewrite rule can, from the table (replica or source)
     otherwise."""
     select = sqlglot.parse_one(sql, read="spark")
     source = select.args.get("from_") or select.args.get("from")
-    source.this.set("catalog", exp.to_identifier(catalog))
+    for table in [source.this, *(join.this for join in select.args.get("joins") or ())]:
+        table.set("catalog", exp.to_identifier(catalog))
     return select.sql(dialect="spark")
 
 

@@ -1,6 +1,6 @@
 """`htap verify data` for derived views (issue 31): each view of a checked table, read at the
-snapshot's seq, must equal the view's aggregate computed afresh over its table's replica at that
-same seq (htap.replica.view_maintenance.backfill_sql), group by group and state by state.
+snapshot's seq, must equal the view's aggregate computed afresh over its table's replica (joined
+with its dimensions') at that same seq (htap.replica.view_maintenance.backfill_sql), group by group and state by state.
 
 Together with the table's own check (its replica equals the source at the snapshot), that proves
 the view equals the aggregate of the source at the snapshot — with one engine (DuckDB) computing
@@ -18,7 +18,8 @@ from htap.replica.merge import ident
 from htap.replica.metadata import MetadataStore, ViewInfo
 from htap.replica.models import TableInfo
 from htap.replica.read_plans import queryable_window
-from htap.replica.table_reads import read_at, rows_at
+from htap.replica.table_reads import read_at
+from htap.replica.view_bases import ViewBase
 from htap.replica.view_maintenance import ROWS, ViewShape, backfill_sql
 from htap.replica.warehouse import open_warehouse
 from htap.verify.snapshot import VerifyError, wait_for_seq
@@ -47,7 +48,7 @@ def _check(cfg: HtapConfig, store: MetadataStore, view: ViewInfo, base: TableInf
         states = [*shape.groups, *shape.state_columns()]
         warehouse = open_warehouse(cfg)
         stored = read_at(warehouse, store, table, seq, states, HOLDER)
-        with rows_at(warehouse, store, base, seq, shape.base_columns(), HOLDER) as (con, rows):
+        with ViewBase.of(store, view).rows_at(warehouse, store, seq, shape, HOLDER) as (con, rows):
             con.register("__stored", stored)
             found = con.sql(_differences_sql(shape, backfill_sql(shape, f"({rows})"))).to_arrow_table().to_pylist()
         report["groups"] = stored.num_rows

@@ -27,7 +27,7 @@ def test_a_dashboard_view_keeps_counts_beside_its_sums_and_averages():
                          Output("avg_qty", "avg", ("_sum_qty", "_count_qty"), "qty"),
                          Output("min_amount", "min", ("_min_amount",), "amount"),
                          Output("max_day", "max", ("_max_day",), "day"))
-    assert d.filter_sql == "status IN ('paid', 'shipped') AND day >= CAST('2024-01-01' AS DATE)"
+    assert d.filter_sql == "\"status\" IN ('paid', 'shipped') AND \"day\" >= CAST('2024-01-01' AS DATE)"
 
 
 def test_an_aggregate_used_twice_is_kept_once():
