@@ -526,8 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
         "create",
         help="define an aggregate view of an HTAP table, kept current at every checkpoint",
         description="SQL: SELECT <group columns>, <SUM/COUNT/COUNT(*)/AVG/MIN/MAX of columns> FROM <schema>.<table>"
-        " [WHERE <column comparisons with literals>] GROUP BY <group columns>. What cannot be kept exactly (DISTINCT,"
-        " float sums, expressions, joins, HAVING, ...) is refused with the reason. A running `htap serve` builds the"
+        " [JOIN <schema>.<dimension> ON <columns = its primary key> ...] [WHERE <column comparisons with literals>]"
+        " GROUP BY <group columns>. What cannot be kept exactly (DISTINCT, float sums, expressions, outer joins,"
+        " HAVING, ...) is refused with the reason. A running `htap serve` builds the"
         " view from the table at its next checkpoint and keeps it in the same metadata transaction as the table's"
         " changes from then on; it is stored as the replica table views.<name> (its groups' states by a `_group` key).",
     )

@@ -63,3 +63,47 @@ def test_an_aggregate_used_twice_is_kept_once():
 def test_what_cannot_be_kept_exact_is_refused_with_the_reason(sql, reason):
     with pytest.raises(ViewDefinitionError, match=reason):
         parse_view(sql, TABLES)
+
+
+CUSTOMERS = pa.schema([("id", pa.int32()), ("region", pa.string()), ("tier", pa.int32())])
+JOINED = {**TABLES, "shop.customers": CUSTOMERS}
+KEYS = {"shop.orders": ("id",), "shop.customers": ("id",)}
+
+
+def test_a_join_with_a_dimension_by_its_key_names_its_columns_alias__column():
+    sql = ("SELECT c.region AS customer_region, status, sum(o.amount), count(*) FROM shop.orders o"
+           " JOIN shop.customers c ON o.qty = c.id WHERE c.tier IN (1, 2) AND o.region = 'eu'"
+           " GROUP BY c.region, status")
+    d = parse_view(sql, JOINED, KEYS)
+    assert d.table == "shop.orders" and d.groups == ("c__region", "status")
+    [dim] = d.dimensions
+    assert (dim.table, dim.alias, dim.on) == ("shop.customers", "c", (("qty", "id"),))
+    assert set(dim.columns) == {"id", "region", "tier"}
+    assert d.filter_sql == "\"c__tier\" IN (1, 2) AND \"region\" = 'eu'"
+    assert d.outputs[0] == Output("customer_region", "group", (), "c__region")
+    assert type(d).from_json(d.to_json()) == d
+
+
+def test_a_definition_stored_before_joins_existed_loads_without_dimensions():
+    d = parse_view("SELECT region, count(*) FROM shop.orders GROUP BY region", TABLES)
+    stored = d.to_json().replace('"dimensions": [], ', "")
+    assert "dimensions" not in stored and type(d).from_json(stored) == d
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("SELECT c.region, count(*) FROM shop.orders o JOIN shop.customers c ON o.qty = c.tier GROUP BY c.region",
+     "must cover its primary key"),
+    ("SELECT c.region, count(*) FROM shop.orders o RIGHT JOIN shop.customers c ON o.qty = c.id GROUP BY c.region",
+     "only an inner JOIN"),
+    ("SELECT c.region, count(*) FROM shop.orders o JOIN shop.customers c USING (id) GROUP BY c.region",
+     "only an inner JOIN"),
+    ("SELECT c.region, count(*) FROM shop.orders o JOIN shop.customers c ON o.status = c.id GROUP BY c.region",
+     "differ in type"),
+    ("SELECT region, count(*) FROM shop.orders o JOIN shop.customers c ON o.qty = c.id GROUP BY region",
+     "qualify it"),
+    ("SELECT x.region, count(*) FROM shop.orders o JOIN shop.customers c ON o.qty = c.id GROUP BY x.region",
+     "names no table of the view"),
+])
+def test_joins_that_cannot_be_kept_are_refused_with_the_reason(sql, reason):
+    with pytest.raises(ViewDefinitionError, match=reason):
+        parse_view(sql, JOINED, KEYS)
