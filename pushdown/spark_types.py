@@ -110,20 +110,27 @@ def table_answer(store, source: str, schema: str, table: str, with_columns: bool
 def rewrite_views(store, base) -> list[dict]:
     """The views of `base` a query over it may read instead (the ViewRewrite rule): built and
     readable, while the table's reads stay on the replica by its own settings (no failover, no
-    staleness limit: a view has no source table to fall back to). Each with what the rule
+    staleness limit: a view has no source table to fall back to; a join view's dimensions
+    alike). Each with what the rule
     matches on (its group columns, kept states and filter) and its row count (the smallest
     answering view wins)."""
-    from htap.rewrite.views import spark_filter
+    from htap.rewrite.views import spark_aliases, spark_filter
 
     if base.kind != KIND_TABLE or base.failover or base.max_staleness_s is not None:
         return []
     out = []
     for view in store.views_of(base.id):
-        if not view.table.readable or view.table.failover or view.table.copy_seq is None or view.definition.dimensions:
-            continue  # (a join view is read as its SQL: the rule matches one table's aggregates)
+        if not view.table.readable or view.table.failover or view.table.copy_seq is None:
+            continue
         d = view.definition
-        out.append({"name": view.name, "groups": list(d.groups), "filter": spark_filter(view.sql),
-                    "since": view.table.copy_seq,
-                    "states": [{"name": s.name, "fn": s.fn, "arg": s.arg} for s in d.states],
-                    "rows": store.delta_stats(view.table.id)[1]})
+        entry = {"name": view.name, "groups": list(d.groups), "filter": spark_filter(view.sql),
+                 "since": view.table.copy_seq,
+                 "states": [{"name": s.name, "fn": s.fn, "arg": s.arg} for s in d.states],
+                 "rows": store.delta_stats(view.table.id)[1]}
+        if d.dimensions:  # a join view: its tables by alias, its dimensions' columns named <alias>__<column>
+            dimensions = [store.get_table(base.source, *x.table.split(".", 1)) for x in d.dimensions]
+            if any(t.failover or t.max_staleness_s is not None for t in dimensions):
+                continue  # (read from where their settings say, the join is not the view's)
+            entry["tables"] = spark_aliases(view.sql)
+        out.append(entry)
     return sorted(out, key=lambda v: v["rows"])

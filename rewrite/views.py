@@ -378,6 +378,17 @@ def spark_view_sql(sql: str, catalog: str) -> str:
 
 def spark_filter(sql: str) -> str | None:
     """The view's WHERE condition as Spark SQL over its table's columns (None: every row), which
-    ViewRewrite compares, once Spark has analyzed it, with a query's filter."""
-    where = sqlglot.parse_one(sql, read="spark").args.get("where")
-    return where.this.sql(dialect="spark") if where is not None else None
+    ViewRewrite compares, once Spark has analyzed it, with a query's filter. A join view's is its
+    join conditions and its WHERE, over its tables' aliases (`spark_aliases`)."""
+    select = sqlglot.parse_one(sql, read="spark")
+    where = select.args.get("where")
+    conditions = [join.args["on"] for join in select.args.get("joins") or ()] + ([where.this] if where is not None else [])
+    return " AND ".join(f"({c.sql(dialect='spark')})" for c in conditions) if conditions else None
+
+
+def spark_aliases(sql: str) -> dict[str, str]:
+    """Each table of a view's SQL (schema.table) by the alias its columns are named with."""
+    select = sqlglot.parse_one(sql, read="spark")
+    source = select.args.get("from_") or select.args.get("from")
+    tables = [source.this, *(join.this for join in select.args.get("joins") or ())]
+    return {f"{t.db}.{t.name}": t.alias or t.name for t in tables}

@@ -164,9 +164,55 @@ def test_a_view_over_a_join_is_kept_from_the_changes_of_every_table(workspace, s
         seqs.add(_agrees(ws, "by_region"))
     assert len(seqs) >= 6
 
-    # Spark reads it as its SQL over the catalog's tables (the rewrite leaves join views alone)
-    rows = spark.sql(f"SELECT * FROM {catalog}.views.by_region").collect()
+    # Spark reads it as its SQL over the catalog's tables, from the view's states
+    rows, plan = _run(spark, f"SELECT * FROM {catalog}.views.by_region", True)
+    assert f"{catalog}.views.by_region" in plan, plan
     assert {(r[0], r[1]): r[2] for r in rows} == {g: v[0] for g, v in _expected(ws, "by_region").items()}
+    _spark_answers_joins_from_the_view(spark, catalog, s)
 
     guarded = ws.htap("tables", "remove", f"{s}.products", check=False)
     assert guarded.returncode != 0 and "views by_region aggregate" in guarded.stderr, guarded.stderr
+
+
+def _run(spark, sql: str, rewrite: bool) -> tuple[list, str]:
+    spark.conf.set("spark.htap.viewRewrite", str(rewrite).lower())
+    try:
+        df = spark.sql(sql)
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        return sorted((tuple(v.normalize() if isinstance(v, Decimal) else v for v in r) for r in df.collect()),
+                      key=repr), plan
+    finally:
+        spark.conf.unset("spark.htap.viewRewrite")
+
+
+def _spark_answers_joins_from_the_view(spark, catalog, s):
+    """Aggregates over the same join that the view answers (its join and filter, coarser groups,
+    conjuncts over groups, the join written the other way round) read its states; others (another
+    join condition, a dimension left out, a filter on a column it does not group by) read the
+    tables. Every answer equals the one with the rule off."""
+    t = {name: f"{catalog}.{s}.{name}" for name in TABLES}
+    join = (f"FROM {t['sales']} f JOIN {t['stores']} st ON f.store_id = st.id JOIN {t['products']} p"
+            f" ON p.id = f.product_id")
+    answered = [
+        f"SELECT st.region, count(*), sum(f.amount), avg(f.qty), max(f.amount) {join} WHERE st.size < 11"
+        f" GROUP BY st.region",
+        f"SELECT p.category, st.region, min(qty) {join} WHERE st.size < 11 AND p.category IN ('c0', 'c1')"
+        f" GROUP BY p.category, st.region",
+        f"SELECT upper(st.region), count(qty) FROM {t['products']} p JOIN {t['sales']} f ON f.product_id = p.id"
+        f" JOIN {t['stores']} st ON st.id = f.store_id WHERE st.size < 11 GROUP BY upper(st.region)",
+    ]
+    left = [
+        f"SELECT st.region, count(*) {join} WHERE st.size < 12 GROUP BY st.region",  # not the view's filter
+        f"SELECT st.region, count(*) {join} WHERE st.size < 11 AND f.qty > 3 GROUP BY st.region",  # not a group
+        f"SELECT st.region, count(*) FROM {t['sales']} f JOIN {t['stores']} st ON f.store_id = st.id"
+        f" WHERE st.size < 11 GROUP BY st.region",  # a dimension left out
+        f"SELECT st.region, count(*) FROM {t['sales']} f JOIN {t['stores']} st ON f.product_id = st.id"
+        f" JOIN {t['products']} p ON p.id = f.product_id WHERE st.size < 11 GROUP BY st.region",  # another join
+        f"SELECT st.region, count(*) FROM {t['sales']} f LEFT JOIN {t['stores']} st ON f.store_id = st.id"
+        f" JOIN {t['products']} p ON p.id = f.product_id WHERE st.size < 11 OR st.size IS NULL GROUP BY st.region",
+    ]
+    for sql in answered + left:
+        on, plan = _run(spark, sql, True)
+        off, _ = _run(spark, sql, False)
+        assert on == off, sql
+        assert (f"{catalog}.views.by_region" in plan) == (sql in answered), (sql, plan)

@@ -43,9 +43,13 @@ import org.apache.spark.sql.catalyst.optimizer.ReplaceExpressions;
 import org.apache.spark.sql.catalyst.optimizer.SimplifyBinaryComparison;
 import org.apache.spark.sql.catalyst.optimizer.SimplifyCasts;
 import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
+import org.apache.spark.sql.catalyst.plans.Inner$;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.Join;
+import org.apache.spark.sql.catalyst.plans.logical.JoinHint;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias$;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
@@ -66,8 +70,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * Spark sees a view as its SQL over the table (HtapCatalog.loadView), and this rule reads it.
  *
  * <p>An {@code Aggregate} is answered when, below it, there are only column projections and
- * filters over one HTAP table, and a view of that table (the table's loadTable answer lists the
- * readable ones, smallest first) has:
+ * filters over one HTAP table — or inner joins of exactly a join view's table and dimensions,
+ * whose join conditions are then part of the view's filter — and a view of that table (the
+ * table's loadTable answer lists the readable ones, smallest first) has:
  * <ul>
  *   <li>every grouping expression over its group columns (the same or a coarser grouping);
  *   <li>its own filter among the query's conjuncts (Spark-analyzed and compared with
@@ -95,13 +100,18 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     final String filter;  // Spark SQL over the table's columns; null: every row
     final long since;  // the seq it was built at: it answers reads at that seq and after
     private final Map<String, String> states;  // "fn:arg" ("count:" is COUNT(*)) -> state column
+    // A join view's tables (schema.table) by the alias its filter names them with; empty for one
+    // table. Its dimensions' columns are named <alias>__<column> in its groups and states.
+    final Map<String, String> tables;
 
-    private View(String name, Set<String> groups, String filter, long since, Map<String, String> states) {
+    private View(String name, Set<String> groups, String filter, long since, Map<String, String> states,
+                 Map<String, String> tables) {
       this.name = name;
       this.since = since;
       this.groups = groups;
       this.filter = filter;
       this.states = states;
+      this.tables = tables;
     }
 
     static List<View> parse(JsonNode views) {
@@ -114,8 +124,10 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
         for (JsonNode s : v.get("states")) {
           states.put(s.get("fn").asText() + ":" + (s.get("arg").isNull() ? "" : s.get("arg").asText()), s.get("name").asText());
         }
+        Map<String, String> tables = new HashMap<>();
+        if (v.has("tables")) v.get("tables").fields().forEachRemaining(t -> tables.put(t.getKey(), t.getValue().asText()));
         out.add(new View(v.get("name").asText(), groups, v.get("filter").isNull() ? null : v.get("filter").asText(),
-            v.get("since").asLong(), states));
+            v.get("since").asLong(), states, tables));
       }
       return out;
     }
@@ -136,38 +148,14 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     return !"false".equalsIgnoreCase(SQLConf.get().getConfString(CONF, "true").trim());
   }
 
-  /** The aggregate over a view's states, or null when no view of its table answers it. */
+  /** The aggregate over a view's states, or null when no view of its tables answers it. */
   private static LogicalPlan answer(Aggregate aggregate) {
-    List<LogicalPlan> between = new ArrayList<>();  // projections and filters, top down
-    LogicalPlan p = aggregate.child();
-    while (p instanceof Project || p instanceof Filter) {
-      between.add(p);
-      p = p.children().head();
-    }
-    if (!(p instanceof DataSourceV2Relation) || !(((DataSourceV2Relation) p).table() instanceof HtapTable)) return null;
-    DataSourceV2Relation relation = (DataSourceV2Relation) p;
-    HtapTable table = (HtapTable) relation.table();
-    Long seq = table.views.isEmpty() ? null : readSeq(table.options);
+    Region region = new Region();
+    if (!region.collect(aggregate.child())) return null;
+    if (region.leaves.stream().allMatch(l -> ((HtapTable) l.table()).views.isEmpty())) return null;
+    Long seq = region.readSeq();
     if (seq == null) return null;
-    // Bottom up: what each projected column is over the table's columns, and every filter's
-    // conjuncts over them (Spark pulls a grouping expression out into a projection below).
-    Map<ExprId, Expression> defined = new HashMap<>();
-    List<Expression> conjuncts = new ArrayList<>();
-    for (int i = between.size() - 1; i >= 0; i--) {
-      if (between.get(i) instanceof Filter) {
-        conjuncts.addAll(split(inline(((Filter) between.get(i)).condition(), defined)));
-        continue;
-      }
-      for (NamedExpression e : CollectionConverters.asJava(((Project) between.get(i)).projectList())) {
-        if (e instanceof Alias) {
-          Expression value = ((Alias) e).child();
-          if (!value.deterministic() || SubqueryExpression.hasSubquery(value)) return null;
-          defined.put(e.exprId(), inline(value, defined));
-        } else if (!(e instanceof Attribute)) {
-          return null;
-        }
-      }
-    }
+    Map<ExprId, Expression> defined = region.defined;
     List<Expression> grouping = new ArrayList<>();
     for (Expression g : CollectionConverters.asJava(aggregate.groupingExpressions())) grouping.add(inline(g, defined));
     List<NamedExpression> outputs = new ArrayList<>();
@@ -176,15 +164,88 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
           ? new Alias(defined.get(e.exprId()), e.name(), e.exprId(), e.qualifier(), Option.empty(), seq(List.of()))
           : (NamedExpression) inline((Expression) e, defined));
     }
-    for (View view : table.views) {
-      if (seq != PRESENT && seq < view.since) continue;  // before the view was built
-      try {
-        return new Match(aggregate, relation, table, view).plan(grouping, outputs, conjuncts);
-      } catch (NoMatch e) {
-        // the next view, if any
+    for (DataSourceV2Relation relation : region.leaves) {
+      HtapTable table = (HtapTable) relation.table();
+      for (View view : table.views) {
+        if (seq != PRESENT && seq < view.since) continue;  // before the view was built
+        if (!region.joins(view)) continue;
+        try {
+          return new Match(aggregate, relation, region, view).plan(grouping, outputs, region.conjuncts);
+        } catch (NoMatch e) {
+          // the next view, if any
+        }
       }
     }
     return null;
+  }
+
+  /**
+   * What lies between an aggregate and its tables: inner joins, filters and column projections
+   * over HTAP tables of one catalog — the conjuncts of every filter and join condition, and what
+   * each projected column is over the tables' columns (Spark pulls a grouping expression out
+   * into a projection below).
+   */
+  private static final class Region {
+    final List<DataSourceV2Relation> leaves = new ArrayList<>();
+    final List<Expression> conjuncts = new ArrayList<>();
+    final Map<ExprId, Expression> defined = new HashMap<>();
+
+    /** Children first (a projection's columns are defined over what is below it); false: not such a region. */
+    boolean collect(LogicalPlan p) {
+      if (p instanceof DataSourceV2Relation && ((DataSourceV2Relation) p).table() instanceof HtapTable) {
+        leaves.add((DataSourceV2Relation) p);
+        return true;
+      }
+      if (p instanceof Filter) {
+        if (!collect(((Filter) p).child())) return false;
+        conjuncts.addAll(split(inline(((Filter) p).condition(), defined)));
+        return true;
+      }
+      if (p instanceof Join) {
+        Join join = (Join) p;
+        if (join.joinType() != Inner$.MODULE$ || !collect(join.left()) || !collect(join.right())) return false;
+        if (join.condition().isDefined()) conjuncts.addAll(split(inline(join.condition().get(), defined)));
+        return true;
+      }
+      if (!(p instanceof Project) || !collect(((Project) p).child())) return false;
+      for (NamedExpression e : CollectionConverters.asJava(((Project) p).projectList())) {
+        if (e instanceof Alias) {
+          Expression value = ((Alias) e).child();
+          if (!value.deterministic() || SubqueryExpression.hasSubquery(value)) return false;
+          defined.put(e.exprId(), inline(value, defined));
+        } else if (!(e instanceof Attribute)) {
+          return false;
+        }
+      }
+      return true;
+    }
+
+    /** The seq every table is read at (readSeq), or null when they differ or no view answers. */
+    Long readSeq() {
+      Long seq = null;
+      HtapCatalog catalog = null;
+      for (DataSourceV2Relation leaf : leaves) {
+        HtapTable table = (HtapTable) leaf.table();
+        Long at = ViewRewrite.readSeq(table.options);
+        if (at == null || (seq != null && !seq.equals(at)) || (catalog != null && catalog != table.catalog)) return null;
+        seq = at;
+        catalog = table.catalog;
+      }
+      return seq;
+    }
+
+    /** Whether the region's tables are exactly the view's: its one table, or its table and dimensions. */
+    boolean joins(View view) {
+      if (view.tables.isEmpty()) return leaves.size() == 1;
+      Set<String> names = new HashSet<>();
+      for (DataSourceV2Relation leaf : leaves) names.add(((HtapTable) leaf.table()).options.get("table"));
+      return leaves.size() == view.tables.size() && names.equals(view.tables.keySet());
+    }
+
+    /** The view's alias of a region's table. */
+    String alias(View view, DataSourceV2Relation leaf) {
+      return view.tables.get(((HtapTable) leaf.table()).options.get("table"));
+    }
   }
 
   /** {@code e} with each projected column replaced by what it is over the table's columns. */
@@ -234,26 +295,36 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     }
   }
 
-  /** Matching one aggregate over one table's relation to one view. */
+  /** Matching one aggregate over one table's relation (or a join view's tables) to one view. */
   private static final class Match {
     private final Aggregate aggregate;
-    private final DataSourceV2Relation relation;
     private final HtapTable table;
     private final View view;
-    private final Map<ExprId, String> names = new HashMap<>();  // the table's columns by attribute
-    private final Set<ExprId> groups = new HashSet<>();  // the table's attributes that are view groups
+    // What the view's filter is analyzed over: the table's relation, or a join view's tables, each
+    // under the alias the view's SQL gives it (the query's own attributes either way).
+    private final LogicalPlan scope;
+    private final Map<ExprId, String> names = new HashMap<>();  // the view's columns by the tables' attributes
+    private final Set<ExprId> groups = new HashSet<>();  // the tables' attributes that are view groups
     private Map<String, AttributeReference> states;  // the view relation's columns by name
     private DataSourceV2Relation statesRelation;
 
-    Match(Aggregate aggregate, DataSourceV2Relation relation, HtapTable table, View view) {
+    Match(Aggregate aggregate, DataSourceV2Relation relation, Region region, View view) {
       this.aggregate = aggregate;
-      this.relation = relation;
-      this.table = table;
+      this.table = (HtapTable) relation.table();
       this.view = view;
-      for (AttributeReference a : CollectionConverters.asJava(relation.output())) {
-        names.put(a.exprId(), a.name());
-        if (view.groups.contains(a.name())) groups.add(a.exprId());
+      LogicalPlan scope = view.tables.isEmpty() ? relation : null;
+      for (DataSourceV2Relation leaf : region.leaves) {
+        String prefix = leaf == relation ? "" : region.alias(view, leaf) + "__";
+        for (AttributeReference a : CollectionConverters.asJava(leaf.output())) {
+          names.put(a.exprId(), prefix + a.name());
+          if (view.groups.contains(prefix + a.name())) groups.add(a.exprId());
+        }
+        if (!view.tables.isEmpty()) {
+          LogicalPlan aliased = SubqueryAlias$.MODULE$.apply(region.alias(view, leaf), leaf);
+          scope = scope == null ? aliased : new Join(scope, aliased, Inner$.MODULE$, Option.empty(), JoinHint.NONE());
+        }
       }
+      this.scope = scope;
     }
 
     /** The aggregate's grouping, outputs and filter conjuncts, over the table's columns. */
@@ -313,14 +384,14 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       return kept;
     }
 
-    /** The view's filter analyzed by Spark over the query's own relation (same attributes), as conjuncts. */
+    /** The view's filter analyzed by Spark over the query's own relations (same attributes), as conjuncts. */
     private List<Expression> viewConjuncts() {
       if (view.filter == null) return List.of();
       SparkSession spark = SparkSession.active();
       LogicalPlan analyzed;
       try {
         Expression parsed = spark.sessionState().sqlParser().parseExpression(view.filter);
-        analyzed = spark.sessionState().analyzer().execute(new Filter(parsed, relation));
+        analyzed = spark.sessionState().analyzer().execute(new Filter(parsed, scope));
       } catch (RuntimeException | org.apache.spark.sql.catalyst.parser.ParseException e) {
         throw new NoMatch();
       }
@@ -337,7 +408,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       if (conjuncts.isEmpty()) return conjuncts;
       Expression condition = null;
       for (Expression c : conjuncts) condition = condition == null ? c : new And(condition, c);
-      LogicalPlan plan = new Filter(condition, relation);
+      LogicalPlan plan = new Filter(condition, scope);
       for (int round = 0; round < 2; round++) {
         plan = ReplaceExpressions.apply(plan);
         plan = ConstantFolding.apply(plan);
@@ -395,7 +466,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       if (e instanceof Attribute && names.containsKey(((Attribute) e).exprId())) {
         Attribute a = (Attribute) e;
         if (!groups.contains(a.exprId())) throw new NoMatch();
-        AttributeReference mapped = states == null ? (AttributeReference) a : states.get(a.name());
+        AttributeReference mapped = states == null ? (AttributeReference) a : states.get(names.get(a.exprId()));
         if (mapped == null || !mapped.dataType().sameType(a.dataType())) throw new NoMatch();
         return !a.nullable() && mapped.nullable() ? new KnownNotNull(mapped) : mapped;
       }
