@@ -78,8 +78,7 @@ class ViewBase:
 
     def columns_of(self, shape: ViewShape) -> list[tuple[TableInfo, list[str]]]:
         """Each table with its columns the view reads (what a reader's access is checked on)."""
-        return [(self.table, self.table_columns(shape)),
-                *((t, list(dict.fromkeys([*(k for _, k in d.on), *d.columns]))) for d, t in self.dimensions)]
+        return [(self.table, self.table_columns(shape)), *((t, self._read(d)) for d, t in self.dimensions)]
 
     def _joined_sql(self, shape: ViewShape, table: str, dimensions: list[str]) -> str:
         """The joined rows of `table` (a relation of its rows) and the dimension relations named
@@ -105,6 +104,7 @@ class ViewBase:
 
     @staticmethod
     def _read(d: Dimension) -> list[str]:
+        """A dimension's columns the joined rows need: its key and the columns the view uses."""
         return list(dict.fromkeys([*(k for _, k in d.on), *d.columns]))
 
     def checkpoint(self, warehouse: Warehouse, store: MetadataStore, shape: ViewShape, previous: int,
