@@ -337,6 +337,8 @@ class HtapReader(DataSourceReader):
     def read(self, partition) -> Iterator:
         from htap.pushdown.planning import JoinedPartition, ReplicaPartition, SourcePartition
 
+        if type(partition) is InputPartition:  # PySpark's stand-in when planning left no partition to read
+            return
         if isinstance(partition, (ReplicaPartition, JoinedPartition)):
             _size_duckdb_threads(len(self._partitions))
         if isinstance(partition, SourcePartition):

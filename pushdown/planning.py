@@ -470,7 +470,7 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
                             agreement and dataclasses.replace(agreement, scan=f"{agreement.scan}/{i}"))
             for i, part in enumerate(ranges)
         ]
-    if len(plans) == 1 and plan.split == 0 and plan.split_tasks is None:  # one task per partition: each its own
+    if len(plans) == 1 and plan.split == 0 and plan.split_tasks is None and plans[0].reads:  # one task per partition
         table = plans[0].table
         return [
             ReplicaPartition(
@@ -484,10 +484,13 @@ def plan_partitions(opts: "ScanOptions") -> list[InputPartition]:
     # Every partition of every scan in one task (its aggregate, order and limit final; even
     # with no partition left after pruning: a global aggregate's row), or one task per
     # partition of the split scan, every other scan read whole in each (a co-partitioned one:
-    # its rows in the partition's key range).
-    tasks = ([(tuple(_table_part(p, p.reads) for p in plans), opts.pushed)] if plan.split is None
-             else [_split_task(plan, plans, group, opts.pushed)
-                   for group in _groups(plans[plan.split].reads, plan.split_tasks)])
+    # its rows in the partition's key range). A split scan pruned to no partition is one task
+    # too: a pushed partial aggregate still answers its one row (COUNT 0), which Spark's final
+    # aggregate needs — with no task at all its SUM of counts would be NULL.
+    if plan.split is None or not plans[plan.split].reads:
+        tasks = [(tuple(_table_part(p, p.reads) for p in plans), opts.pushed)]
+    else:
+        tasks = [_split_task(plan, plans, group, opts.pushed) for group in _groups(plans[plan.split].reads, plan.split_tasks)]
     return [JoinedPartition(str(cfg.path), str(cfg.warehouse), task, pushed,
                             opts.executor_metadata or str(cfg.metadata), cfg.window_s, cfg.object_store)
             for task, pushed in tasks]
@@ -497,7 +500,7 @@ def _groups(reads: tuple[ReadPlan, ...], tasks: int | None) -> list[tuple[ReadPl
     """The split scan's partition reads (in key order) as at most `tasks` runs of neighbours of
     nearly equal length (None: one read each)."""
     n = len(reads) if tasks is None else max(1, min(tasks, len(reads)))
-    return [reads[len(reads) * i // n:len(reads) * (i + 1) // n] for i in range(n)] if reads else []
+    return [reads[len(reads) * i // n:len(reads) * (i + 1) // n] for i in range(n)]
 
 
 def _split_task(plan, plans, group: tuple[ReadPlan, ...], pushed: str) -> tuple[tuple[JoinedTablePart, ...], str]:
