@@ -9,7 +9,9 @@ A view whose base is copied again goes back to pending (rebuilt once the base st
 whose base failed fails too. Writing the base's deltas reports what they changed
 (htap.replica.deltas.Changed); `write` turns that into each view's new versions
 (htap.replica.view_maintenance.group_changes: signed contributions per group, MIN/MAX groups
-that lost their extreme recomputed from the base at P) and writes them as the view's delta. A
+that lost their extreme recomputed from the base at P) and writes them as the view's delta; a
+join view's table and dimensions all report, and their changes become the joined rows' changes
+(htap.replica.view_bases) — any of its tables copied again or failed moves it as its base would. A
 view whose maintenance fails fails alone, with the error; a warehouse that does not store a
 delta fails the whole checkpoint, as for any table.
 """
