@@ -85,11 +85,16 @@ class ViewBase:
         in `dimensions`, with exactly the columns of `shape.base_columns()`."""
         if not self.dimensions:
             return f"SELECT {', '.join(ident(c) for c in shape.base_columns())} FROM {table}"
-        names = {d.name(c): f"d{i}.{ident(c)}" for i, (d, _) in enumerate(self.dimensions) for c in d.columns}
-        picks = [f"{names[c]} AS {ident(c)}" if c in names else f"t.{ident(c)}" for c in shape.base_columns()]
+        picks = self._picks(shape, lambda c: f"t.{ident(c)}")
         joins = "".join(f" JOIN {relation} AS d{i} ON " + " AND ".join(f"t.{ident(c)} = d{i}.{ident(k)}" for c, k in d.on)
                         for i, ((d, _), relation) in enumerate(zip(self.dimensions, dimensions)))
         return f"SELECT {', '.join(picks)} FROM {table} AS t{joins}"
+
+    def _picks(self, shape: ViewShape, of_table) -> list[str]:
+        """The select list of the joined rows: a dimension's column from its relation `d<i>`,
+        the table's as `of_table(column)` says."""
+        names = {d.name(c): f"d{i}.{ident(c)}" for i, (d, _) in enumerate(self.dimensions) for c in d.columns}
+        return [f"{names[c]} AS {ident(c)}" if c in names else of_table(c) for c in shape.base_columns()]
 
     @contextmanager
     def rows_at(self, warehouse: Warehouse, store: MetadataStore, seq: int, shape: ViewShape,
@@ -194,9 +199,7 @@ class ViewBase:
             joins.append(f" ASOF LEFT JOIN __dim_hist_{i} AS d{i} ON "
                          + " AND ".join(f"t.{ident(c)} = d{i}.{ident(k)}" for c, k in d.on) + f" AND c.seq >= d{i}.__from")
             alive.append(f"d{i}.__alive AND d{i}.__from >= {floor(dim)}")
-        names = {d.name(c): f"d{i}.{ident(c)}" for i, (d, _) in enumerate(self.dimensions) for c in d.columns}
-        picks = [f"{names[c]} AS {ident(c)}" if c in names else f"c.{ident(c)}" if c in key else f"t.{ident(c)}"
-                 for c in shape.base_columns()]
+        picks = self._picks(shape, lambda c: f"c.{ident(c)}" if c in key else f"t.{ident(c)}")
         same_key = " AND ".join(f"c.{ident(k)} = t.{ident(k)}" for k in key)
         return steps, f"""
             WITH c AS (SELECT DISTINCT * FROM ({' UNION ALL '.join(seqs)}))
