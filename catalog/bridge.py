@@ -32,7 +32,7 @@ from htap.conf import SPARK_CONFIG_HINT, HtapConfig, cached_config
 from htap.connectors.registry import open_queryable, open_source
 from htap.errors import DAMAGE_PREFIX, ConfigError, DamagedReplicaError, HtapError, NoSuchTableError
 from htap.pushdown import plan_check, source_snapshot
-from htap.pushdown.spark_types import table_answer
+from htap.pushdown.spark_types import TimeTravel, table_answer
 from htap.pushdown.system_tables import SCHEMAS, SYSTEM_SCHEMA
 from htap.replica.health import damaged, file_damage, mark_damaged
 from htap.replica.leases import release_queries, renew_queries
@@ -110,9 +110,13 @@ def _parser() -> _Parser:
     ts = sub.add_parser("table-schema", help="the Spark DDL of a table, statistics on its first column (loadTable)")
     ts.add_argument("table", help="<schema>.<table>")
     ts.add_argument("--changes", action="store_true", help="the DDL of the table's change feed (htap.pushdown.change_feed)")
+    ts.add_argument("--as-of-version", help="a FOR VERSION AS OF read: the views that hold its seq")
+    ts.add_argument("--as-of-time", type=float, help="a FOR TIMESTAMP AS OF read (Unix seconds): the views that hold its seq")
     vs = sub.add_parser("view-sql", help="a view's SQL as Spark reads <catalog>.views.<name> (loadView)")
     vs.add_argument("name", help="the view's name")
     vs.add_argument("catalog", help="the catalog's name in Spark")
+    vs.add_argument("--as-of-version", help="its tables read FOR VERSION AS OF this seq")
+    vs.add_argument("--as-of-time", type=float, help="its tables read FOR TIMESTAMP AS OF this time (Unix seconds)")
     pr = sub.add_parser("plan-read", help="plan a scan's read as Spark's planning worker would (PickledDataSource)")
     pr.add_argument("options", help="the scan's data source options, a JSON object")
     pr.add_argument("schema", help="the read schema, Spark's StructType JSON")
@@ -158,7 +162,10 @@ def call(argv: list[str]) -> int:
                     if args.changes:
                         answer = {"ddl": change_ddl(store, source.name, schema, name)}
                     else:
-                        answer = table_answer(store, source.name, schema, name)
+                        travel = None
+                        if args.as_of_version is not None or args.as_of_time is not None:
+                            travel = TimeTravel(args.as_of_version, args.as_of_time, cfg.window_s)
+                        answer = table_answer(store, source.name, schema, name, travel=travel)
                 except NoSuchTableError:
                     not_htap = _source_table_not_htap(cfg, source, schema, name)
                     if not_htap is None:
@@ -170,7 +177,7 @@ def call(argv: list[str]) -> int:
                 from htap.rewrite.views import spark_view_sql
 
                 view = store.get_view(cfg.source(args.source).name, args.name)
-                print(json.dumps({"sql": spark_view_sql(view.sql, args.catalog)}))
+                print(json.dumps({"sql": spark_view_sql(view.sql, args.catalog, args.as_of_version, args.as_of_time)}))
             elif args.command == "renew-leases":
                 renewed = renew_queries(store, args.owners, cfg.pin_ttl_s)
                 print(json.dumps({"renewed": renewed, "ttl_s": cfg.pin_ttl_s}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pyarrow as pa
@@ -85,11 +86,14 @@ def table_ddl(store, source: str, schema: str, table: str) -> str:
     return table_answer(store, source, schema, table, with_columns=False)["ddl"]
 
 
-def table_answer(store, source: str, schema: str, table: str, with_columns: bool = True) -> dict:
+def table_answer(store, source: str, schema: str, table: str, with_columns: bool = True,
+                 travel: "TimeTravel | None" = None) -> dict:
     """What the catalog's loadTable asks the driver's bridge process for (one metadata read, no
     Python worker per table and query): the table's DDL, statistics on its first column, and
     (`columns`) its column statistics by name as [low, high, nulls, distinct]
-    (htap.replica.column_stats; none for system tables)."""
+    (htap.replica.column_stats; none for system tables), and the views ViewRewrite may read
+    instead (`views`; for a `FOR VERSION|TIMESTAMP AS OF` read, `travel`: those that hold the
+    seq it reads, which `views_at` names)."""
     from htap.pushdown.system_tables import SCHEMAS, is_system_table
     from htap.replica import column_stats
     from htap.replica.partitions import decode_bounds, partition_count
@@ -103,24 +107,65 @@ def table_answer(store, source: str, schema: str, table: str, with_columns: bool
     answer: dict = {"ddl": spark_ddl(info.arrow_schema, stats, char_lengths(info.columns))}
     if with_columns:
         answer["columns"] = {c: s.as_list() for c, s in column_stats.of_table(store, info, seen).items()}
-        answer["views"] = rewrite_views(store, info)
+        if travel is None:
+            answer["views"] = rewrite_views(store, info)
+        else:
+            answer["views_at"] = at = travel.seq(store, info)
+            answer["views"] = [] if at is None else rewrite_views(store, info, at, travel.window_s)
     return answer
 
 
-def rewrite_views(store, base) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class TimeTravel:
+    """A `FOR VERSION AS OF` (`version`: a seq as typed) or `FOR TIMESTAMP AS OF` (`time`: Unix
+    seconds) read, as the catalog's loadTable is asked for it; `window_s`: the queryable window."""
+
+    version: str | None
+    time: float | None
+    window_s: float
+
+    def seq(self, store, table) -> int | None:
+        """The seq the read is at, for views to answer it at — None when it is not fixed yet (a
+        time no later checkpoint has passed) or not a seq (the scan then says what is wrong)."""
+        from htap.errors import ConfigError
+        from htap.seq import parse_seq
+
+        if self.version is not None:
+            try:
+                return parse_seq(self.version)
+            except ConfigError:
+                return None
+        return None if self.time is None else store.settled_seq_at(table.source, self.time)
+
+
+def rewrite_views(store, base, at: int | None = None, window_s: float = 0.0) -> list[dict]:
     """The views of `base` a query over it may read instead (the ViewRewrite rule): built and
     readable, while the table's reads stay on the replica by its own settings (no failover, no
     staleness limit: a view has no source table to fall back to; a join view's dimensions
     alike). Each with what the rule
     matches on (its group columns, kept states and filter) and its row count (the smallest
-    answering view wins)."""
+    answering view wins).
+
+    `at`: a time-travel read's seq. Then only views whose queryable window (`window_s`) holds
+    it, and only when every table the view reads can be read there too: the view answers
+    exactly the time travel the tables would, never one they would refuse. (A staleness limit
+    does not apply to time travel.)"""
+    from htap.replica.read_plans import queryable_window
     from htap.rewrite.views import spark_aliases, spark_filter
 
-    if base.kind != KIND_TABLE or base.failover or base.max_staleness_s is not None:
+    def holds(table) -> bool:
+        window = queryable_window(store, table, window_s)
+        return window is not None and window.min_seq <= at <= window.max_seq
+
+    if base.kind != KIND_TABLE or base.failover or (base.max_staleness_s is not None and at is None):
+        return []
+    if at is not None and not holds(base):
         return []
     out = []
     for view in store.views_of(base.id):
         if not view.table.readable or view.table.failover or view.table.copy_seq is None:
+            continue
+        if at is not None and not holds(view.table):
             continue
         d = view.definition
         entry = {"name": view.name, "groups": list(d.groups), "filter": spark_filter(view.sql),
@@ -129,8 +174,10 @@ def rewrite_views(store, base) -> list[dict]:
                  "rows": store.delta_stats(view.table.id)[1]}
         if d.dimensions:  # a join view: its tables by alias, its dimensions' columns named <alias>__<column>
             dimensions = [store.get_table(base.source, *x.table.split(".", 1)) for x in d.dimensions]
-            if any(t.failover or t.max_staleness_s is not None for t in dimensions):
+            if any(t.failover or (t.max_staleness_s is not None and at is None) for t in dimensions):
                 continue  # (read from where their settings say, the join is not the view's)
+            if at is not None and not all(holds(t) for t in dimensions):
+                continue
             entry["tables"] = spark_aliases(view.sql)
         out.append(entry)
     return sorted(out, key=lambda v: v["rows"])

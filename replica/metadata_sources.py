@@ -119,6 +119,15 @@ class SourceRecords(MetadataDatabase):
         row = self._one("SELECT max(seq) FROM safe_points WHERE source = ? AND at <= ?", (source, at))
         return row[0]
 
+    def settled_seq_at(self, source: str, at: float) -> int | None:
+        """`seq_at(source, at)` once no later checkpoint can change it — a safe point was recorded
+        after `at` — else None: a `TIMESTAMP AS OF` now or in the future reads a newer seq each
+        time it is resolved."""
+        row = self._one(
+            "SELECT max(seq) FROM safe_points WHERE source = ? AND at <= ?"
+            " AND EXISTS (SELECT 1 FROM safe_points WHERE source = ? AND at > ?)", (source, at, source, at))
+        return row[0]
+
     def time_of(self, source: str, seq: int) -> float | None:
         """The wall clock at which the source's safe seq first reached `seq`."""
         row = self._one("SELECT min(at) FROM safe_points WHERE source = ? AND seq >= ?", (source, seq))

@@ -23,6 +23,7 @@ of its column (a sum over no value is NULL, not 0).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from dataclasses import dataclass
 
@@ -364,15 +365,23 @@ def _literal(e: exp.Expression, column: str) -> None:
         raise ViewDefinitionError(f"{column} is compared with {e.sql(dialect='spark')}: only literals are maintainable")
 
 
-def spark_view_sql(sql: str, catalog: str) -> str:
+def spark_view_sql(sql: str, catalog: str, version: str | None = None, time: float | None = None) -> str:
     """The view's SQL as Spark reads `<catalog>.views.<name>` (HtapCatalog.loadView): the user's
     aggregate with its tables named in `catalog`, so Spark computes exactly what the SQL says —
     from the view's states when the ViewRewrite rule can, from the table (replica or source)
-    otherwise."""
+    otherwise. With `version` (a seq as typed) or `time` (Unix seconds), every table read
+    `FOR VERSION|TIMESTAMP AS OF` it: what a user runs for a view's past (Spark has no time
+    travel on views)."""
     select = sqlglot.parse_one(sql, read="spark")
     source = select.args.get("from_") or select.args.get("from")
     for table in [source.this, *(join.this for join in select.args.get("joins") or ())]:
         table.set("catalog", exp.to_identifier(catalog))
+        if version is not None:
+            table.set("version", exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.string(version)))
+        elif time is not None:
+            stamp = datetime.datetime.fromtimestamp(time, tz=datetime.timezone.utc).isoformat(timespec="microseconds")
+            table.set("version", exp.Version(this="TIMESTAMP", kind="AS OF",
+                                             expression=exp.Literal.string(stamp.replace("+00:00", "Z"))))
     return select.sql(dialect="spark")
 
 

@@ -169,6 +169,7 @@ def test_a_view_over_a_join_is_kept_from_the_changes_of_every_table(workspace, s
     assert f"{catalog}.views.by_region" in plan, plan
     assert {(r[0], r[1]): r[2] for r in rows} == {g: v[0] for g, v in _expected(ws, "by_region").items()}
     _spark_answers_joins_from_the_view(spark, catalog, s)
+    _time_travel_of_the_join_reads_the_view_then(spark, catalog, s, sorted(seqs)[len(seqs) // 2])
 
     guarded = ws.htap("tables", "remove", f"{s}.products", check=False)
     assert guarded.returncode != 0 and "views by_region aggregate" in guarded.stderr, guarded.stderr
@@ -216,3 +217,24 @@ def _spark_answers_joins_from_the_view(spark, catalog, s):
         off, _ = _run(spark, sql, False)
         assert on == off, sql
         assert (f"{catalog}.views.by_region" in plan) == (sql in answered), (sql, plan)
+
+
+def _time_travel_of_the_join_reads_the_view_then(spark, catalog, s, seq: int):
+    """Every table of the join `FOR VERSION AS OF` one past seq: answered from the view's groups
+    then; the tables at different seqs: from the tables."""
+    def at(name: str, version: int) -> str:
+        return f"{catalog}.{s}.{name} FOR VERSION AS OF {version}"
+
+    def query(stores_at: int) -> str:
+        return (f"SELECT st.region, count(*), sum(f.amount) FROM {at('sales', seq)} f JOIN {at('stores', stores_at)} st"
+                f" ON f.store_id = st.id JOIN {at('products', seq)} p ON p.id = f.product_id WHERE st.size < 11"
+                f" GROUP BY st.region")
+
+    answers = []
+    for stores_at, from_view in ((seq, True), (seq + 1, False)):
+        on, plan = _run(spark, query(stores_at), True)
+        assert (f"{catalog}.views.by_region" in plan) == from_view, plan
+        assert on == _run(spark, query(stores_at), False)[0]
+        answers.append(on)
+    now, _ = _run(spark, query(seq).replace(f" FOR VERSION AS OF {seq}", ""), True)
+    assert answers[0] != now  # (the seq is in the past: the answer is then's)

@@ -34,6 +34,12 @@ def views(workspace, spark, catalog):
     ws.wait_readable("acc")
     ws.htap("views", "create", "v_all", "--sql", VIEW_ALL.format(s=s))
     ws.htap("views", "create", "v_big", "--sql", VIEW_BIG.format(s=s))
+    # The views built, and the table as it was then: what time travel to that seq answers.
+    first = ws.table("acc").max_safe_seq
+    for name in ("v_all", "v_big"):
+        wait_until(lambda: (_view_seq(ws, name) or -1) >= first, None, f"view {name} to be built")
+    ws.first = (first, Counter(tuple(_plain(v) for v in r) for r in ws.sql(
+        f"SELECT region, count(*), sum(balance) FROM {s}.acc GROUP BY region")))
     ws.sql(f"UPDATE {s}.acc SET region = 'r7', balance = balance * 3 WHERE id % 6 = 0")
     ws.sql(f"DELETE FROM {s}.acc WHERE id % 11 = 0")
     ws.wait_caught_up("acc")
@@ -70,6 +76,7 @@ def test_views_read_as_their_sql_and_answer_the_aggregates_they_hold(workspace, 
     aggregates a view answers, and a failed-over table."""
     _reads_as_its_own_sql(workspace, spark, catalog, views)
     _which_aggregates_a_view_answers(workspace, spark, catalog, views)
+    _time_travel_reads_the_view_at_that_seq(workspace, spark, catalog, views)
     _failed_over_table_answers_its_views_from_the_source(workspace, spark, catalog, views)
 
 
@@ -97,7 +104,8 @@ def _reads_as_its_own_sql(workspace, spark, catalog, views):
 
 
 AGGREGATES = ["count(*)", "count(balance)", "sum(balance)", "avg(balance)", "min(n)", "max(n)", "sum(n)", "avg(n)",
-              "count(n)", "min(balance)", "count(DISTINCT n)", "max(id)"]
+              "count(n)", "min(balance)", "count(DISTINCT n)", "max(id)", "count(DISTINCT branch)", "min(region)",
+              "max(branch)", "sum(DISTINCT branch)"]
 FILTERS = [None, "region = 'r1'", "branch IN (1, 2, 3)", "branch > 4 AND region IS NOT NULL", "n > 3",
            "balance >= 50", "balance >= 50 AND region <> 'r0'", "region LIKE 'r%'", "balance >= 60",
            "branch BETWEEN 2 AND 5", "coalesce(region, 'none') = 'none'"]
@@ -140,8 +148,12 @@ CASES = [  # (query, the view that answers it, or None: the table)
     ("SELECT region, count(*) FROM {c}.{s}.acc WHERE n > 3 GROUP BY region", None),
     ("SELECT n, count(*) FROM {c}.{s}.acc GROUP BY n", None),
     ("SELECT region, count(DISTINCT n) FROM {c}.{s}.acc GROUP BY region", None),
+    ("SELECT region, count(DISTINCT branch), min(branch), max(region), avg(DISTINCT branch) FROM {c}.{s}.acc"
+     " GROUP BY region", "v_all"),
+    ("SELECT count(DISTINCT region, branch), max(branch) FROM {c}.{s}.acc WHERE branch > 2", "v_all"),
+    ("SELECT min(region), count(DISTINCT upper(region)) FROM {c}.{s}.acc WHERE balance >= 50", "v_big"),
     ("SELECT region, sum(n) FILTER (WHERE branch > 2) FROM {c}.{s}.acc GROUP BY region", None),
-    ("SELECT region, count(*) FROM {c}.{s}.acc FOR VERSION AS OF {seq} GROUP BY region", None),
+    ("SELECT region, count(*) FROM {c}.{s}.acc FOR VERSION AS OF {seq} GROUP BY region", "v_all"),
 ]
 
 
@@ -203,6 +215,45 @@ def _which_aggregates_a_view_answers(workspace, spark, catalog, views):
         assert not _read_view(catalog, plan), plan
     finally:
         spark.conf.unset("spark.htap.readTail")
+
+
+def _time_travel_reads_the_view_at_that_seq(workspace, spark, catalog, views):
+    """`FOR VERSION|TIMESTAMP AS OF` reads of the table answered from its view, as of then; a
+    time no checkpoint has passed yet, or a seq before the view was built, reads the table."""
+    ws = workspace
+    first, then = ws.first
+    with ws.store() as store:
+        since = store.get_view(ws.source, "v_all").table.copy_seq
+        when = store.time_of(ws.source, first)
+    past = f"SELECT region, count(*), sum(balance) FROM {catalog}.{views}.acc FOR VERSION AS OF {first} GROUP BY region"
+    got, plan = _run(spark, past, True)
+    assert _read_view(catalog, plan), plan
+    assert got == then != _run(spark, past.replace(f" FOR VERSION AS OF {first}", ""), True)[0]
+    assert _run(spark, past, False)[0] == then
+    # By time: a time a later checkpoint has passed is fixed, and reads the view at its seq.
+    stamp = f"timestamp_micros({int(when * 1e6) + 1})"
+    past_time = past.replace(f"VERSION AS OF {first}", f"TIMESTAMP AS OF {stamp}")
+    got, plan = _run(spark, past_time, True)
+    assert _read_view(catalog, plan), plan
+    assert got == _run(spark, past_time, False)[0]
+    # A time no checkpoint has passed yet would read a newer seq each time: the table answers.
+    now = past.replace(f"VERSION AS OF {first}", "TIMESTAMP AS OF current_timestamp() + INTERVAL 1 HOUR")
+    got, plan = _run(spark, now, True)
+    assert not _read_view(catalog, plan), plan
+    assert got == _run(spark, now, False)[0]
+    # Before the view was built: the table answers.
+    early = past.replace(f"AS OF {first}", f"AS OF {since - 1}")
+    assert f"{catalog}.views." not in spark.sql(early)._jdf.queryExecution().optimizedPlan().toString()
+    # The view itself has no time travel in Spark: the error gives the query that does it.
+    with pytest.raises(Exception) as refused:
+        spark.sql(f"SELECT * FROM {catalog}.views.v_big VERSION AS OF {first}").collect()
+    message = str(refused.value)
+    assert "no time travel on a view" in message, message
+    suggested = message[message.index("SELECT "):].splitlines()[0]
+    assert f"VERSION AS OF '{first}'" in suggested, suggested
+    got, plan = _run(spark, suggested, True)
+    assert _read_view(catalog, plan), plan
+    assert got == _run(spark, suggested, False)[0]
 
 
 def _failed_over_table_answers_its_views_from_the_source(workspace, spark, catalog, views):

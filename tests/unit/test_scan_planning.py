@@ -171,3 +171,21 @@ def test_a_self_join_is_one_routing_record_and_both_reads_at_one_seq(store):
     assert first.route.target == second.route.target == "replica" and first.route.seq == second.route.seq == 110
     assert first.reads and second.reads
     assert [r.pushed for r in store.recent_scans(table.id, 10)] == [RECORD]
+
+
+def test_time_travel_by_time_is_fixed_for_views_only_once_a_later_checkpoint_passed_it(store):
+    """ViewRewrite answers `TIMESTAMP AS OF t` from a view at the seq t reads; a t no safe point
+    has passed yet would read a newer seq at each resolution, so no view answers it."""
+    from htap.pushdown.spark_types import TimeTravel
+
+    a = store.get_table("src", "public", "a")
+    t = time.time() + 1000  # (safe points an hour apart: each checkpoint records one)
+    store.commit_checkpoint("src", [], 120, t)
+    store.commit_checkpoint("src", [], 130, t + 3600)
+    assert store.settled_seq_at("src", t + 1800) == 120
+    assert store.settled_seq_at("src", t + 5000) is None and store.seq_at("src", t + 5000) == 130
+    assert TimeTravel(None, t + 1800, WINDOW_S).seq(store, a) == 120
+    assert TimeTravel(None, t + 5000, WINDOW_S).seq(store, a) is None
+    assert TimeTravel("125", None, WINDOW_S).seq(store, a) == 125
+    assert TimeTravel("0/7D", None, WINDOW_S).seq(store, a) == 125
+    assert TimeTravel("not a seq", None, WINDOW_S).seq(store, a) is None  # (the scan says what is wrong)

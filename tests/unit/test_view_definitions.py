@@ -107,3 +107,16 @@ def test_a_definition_stored_before_joins_existed_loads_without_dimensions():
 def test_joins_that_cannot_be_kept_are_refused_with_the_reason(sql, reason):
     with pytest.raises(ViewDefinitionError, match=reason):
         parse_view(sql, JOINED, KEYS)
+
+
+def test_a_views_sql_for_its_past_reads_every_table_as_of_then():
+    """Spark has no time travel on views: the catalog's refusal gives the view's SQL with each
+    table read `FOR VERSION|TIMESTAMP AS OF`, which ViewRewrite answers from the view."""
+    from htap.rewrite.views import spark_view_sql
+
+    sql = "SELECT st.region, count(*) FROM s.sales f JOIN s.stores st ON f.store_id = st.id GROUP BY st.region"
+    assert spark_view_sql(sql, "shop", "0/16B3748") == (
+        "SELECT st.region, COUNT(*) FROM shop.s.sales VERSION AS OF '0/16B3748' AS f"
+        " JOIN shop.s.stores VERSION AS OF '0/16B3748' AS st ON f.store_id = st.id GROUP BY st.region")
+    assert spark_view_sql("SELECT region, count(*) FROM s.sales GROUP BY region", "shop", time=1765000000.25) == (
+        "SELECT region, COUNT(*) FROM shop.s.sales TIMESTAMP AS OF '2025-12-06T05:46:40.250000Z' GROUP BY region")

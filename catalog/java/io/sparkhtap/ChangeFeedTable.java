@@ -24,7 +24,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 public class ChangeFeedTable extends HtapTable {
   ChangeFeedTable(String name, StructType schema, Map<String, String> options) {
-    super(name, schema, options, null, java.util.Map.of(), java.util.List.of(), null);
+    super(name, schema, options, null, java.util.Map.of(), java.util.List.of(), null, null);
   }
 
   @Override

@@ -147,17 +147,36 @@ public class HtapCatalog implements RelationCatalog {
       return loadChanges(ident);
     }
     // A view is a view to Spark (loadView): its own SQL over its table, which ViewRewrite reads
-    // from the view's states. Time travel on a view is not built: its states are read at the
-    // query's snapshot only.
+    // from the view's states. Spark time-travels tables only; the same SQL over the table
+    // FOR VERSION|TIMESTAMP AS OF is answered from the view's states at that seq.
+    if (isViews(ident) && !extra.isEmpty()) throw new UnsupportedOperationException(viewTimeTravel(ident, extra));
     if (ident.namespace().length != 1 || isViews(ident)) {
       throw new NoSuchTableException(ident);
     }
     return loadHtap(ident, extra);
   }
 
-  /** The stored states of view {@code name} (ViewRewrite reads them in place of its SQL). */
-  HtapTable loadStates(String view) throws NoSuchTableException {
-    return loadHtap(Identifier.of(new String[] {VIEWS}, view), Map.of());
+  /** Why {@code views.<name> FOR ... AS OF} is refused, and the query that does it instead. */
+  private String viewTimeTravel(Identifier ident, Map<String, String> extra) {
+    List<String> args = new ArrayList<>(List.of("view-sql", ident.name(), name));
+    extra.forEach((k, v) -> args.add("--" + k.replace('_', '-') + "=" + v));
+    String sql;
+    try {
+      sql = Bridge.call(options, args.toArray(new String[0])).get("sql").asText();
+    } catch (Bridge.NoSuchTable e) {
+      return ident + ": no such view";
+    }
+    return "Spark has no time travel on a view, and " + name + "." + VIEWS + "." + ident.name() + " is a view; run"
+        + " its SQL with the time travel on its tables, which Spark answers from the view's groups at that seq: " + sql;
+  }
+
+  /**
+   * The stored states of view {@code name} (ViewRewrite reads them in place of its SQL), at
+   * {@code seq} (null: the query's snapshot).
+   */
+  HtapTable loadStates(String view, Long seq) throws NoSuchTableException {
+    Map<String, String> extra = seq == null ? Map.of() : Map.of("as_of_version", Long.toString(seq));
+    return loadHtap(Identifier.of(new String[] {VIEWS}, view), extra);
   }
 
   private HtapTable loadHtap(Identifier ident, Map<String, String> extra) throws NoSuchTableException {
@@ -170,11 +189,18 @@ public class HtapCatalog implements RelationCatalog {
     StructType schema;
     Map<String, FilterEstimate.Column> columns;
     List<ViewRewrite.View> views;
+    Long viewsAt;
     try {
-      com.fasterxml.jackson.databind.JsonNode answer = Bridge.call(options, "table-schema", tableOptions.get("table"));
+      List<String> args = new ArrayList<>(List.of("table-schema", tableOptions.get("table")));
+      if (!isViews(ident)) {  // a time-travel read: which views hold its seq
+        extra.forEach((k, v) -> args.add("--" + k.replace('_', '-') + "=" + v));
+      }
+      com.fasterxml.jackson.databind.JsonNode answer = Bridge.call(options, args.toArray(new String[0]));
       schema = StructType.fromDDL(answer.get("ddl").asText());
       columns = FilterEstimate.parse(answer.get("columns"));
       views = ViewRewrite.View.parse(answer.get("views"));
+      JsonNode at = answer.get("views_at");
+      viewsAt = at == null || at.isNull() ? null : at.asLong();
     } catch (Bridge.NoSuchTable e) {
       throw new NoSuchTableException(ident);
     }
@@ -198,7 +224,7 @@ public class HtapCatalog implements RelationCatalog {
       }
     }
     return new HtapTable(name + "." + ident.namespace()[0] + "." + ident.name(), schema, tableOptions, stats, columns,
-        views, this);
+        views, viewsAt, this);
   }
 
   /** The namespace of derived views: {@code <catalog>.views.<name>} (htap views create). */

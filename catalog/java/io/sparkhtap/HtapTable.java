@@ -22,16 +22,21 @@ public class HtapTable implements SupportsRead {
   private final long[] stats;  // row versions, bytes; null when unknown (system tables)
   private final Map<String, FilterEstimate.Column> columns;  // column statistics; empty when unknown
   final List<ViewRewrite.View> views;  // readable views of this table, smallest first
+  // A FOR VERSION|TIMESTAMP AS OF read: the seq it reads, which every view listed holds (null:
+  // not time travel, or a seq not fixed yet, and then no view is listed)
+  final Long viewsAt;
   final HtapCatalog catalog;  // loads a view's states (null for tables no view is read instead of)
 
   HtapTable(String name, StructType schema, Map<String, String> options, long[] stats,
-            Map<String, FilterEstimate.Column> columns, List<ViewRewrite.View> views, HtapCatalog catalog) {
+            Map<String, FilterEstimate.Column> columns, List<ViewRewrite.View> views, Long viewsAt,
+            HtapCatalog catalog) {
     this.name = name;
     this.schema = schema;
     this.options = options;
     this.stats = stats;
     this.columns = columns;
     this.views = views;
+    this.viewsAt = viewsAt;
     this.catalog = catalog;
   }
 

@@ -83,10 +83,13 @@ import scala.jdk.javaapi.CollectionConverters;
  *       summed sum and count, MIN/MAX(x) of minima/maxima (not of floating point columns,
  *       whose -0.0 and NaN Spark orders its own way). DISTINCT and FILTER aggregates are left.
  * </ul>
- * A catalog's {@code as_of_seq} (the seq {@code htap verify} replays at) is read from a view built
- * at or before it. Anything else — time travel by version or time, a catalog routing to the
- * source or reading the service's tail, the table's failover or staleness settings (a view has
- * no source table to fall back to) — leaves the plan as it is: Spark reads the table. {@code spark.htap.viewRewrite=false}
+ * A time-travel read ({@code FOR VERSION|TIMESTAMP AS OF}, every table of the region at one seq)
+ * is read from a view at that seq, when the view holds it (its loadTable answer lists only such
+ * views: built by then, in the view's and the tables' queryable windows; by time, only once a
+ * later checkpoint has fixed the seq), and a catalog's {@code as_of_seq} (the seq {@code htap
+ * verify} replays at) from a view built at or before it. Anything else — a catalog routing to
+ * the source or reading the service's tail, the table's failover or staleness settings (a view
+ * has no source table to fall back to) — leaves the plan as it is: Spark reads the table. {@code spark.htap.viewRewrite=false}
  * turns the rule off. EXPLAIN shows the view's table ({@code <catalog>.views.<name>}) where
  * the table was.
  */
@@ -170,7 +173,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
         if (seq != PRESENT && seq < view.since) continue;  // before the view was built
         if (!region.joins(view)) continue;
         try {
-          return new Match(aggregate, relation, region, view).plan(grouping, outputs, region.conjuncts);
+          return new Match(aggregate, relation, region, view, seq).plan(grouping, outputs, region.conjuncts);
         } catch (NoMatch e) {
           // the next view, if any
         }
@@ -226,7 +229,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       HtapCatalog catalog = null;
       for (DataSourceV2Relation leaf : leaves) {
         HtapTable table = (HtapTable) leaf.table();
-        Long at = ViewRewrite.readSeq(table.options);
+        Long at = ViewRewrite.readSeq(table);
         if (at == null || (seq != null && !seq.equals(at)) || (catalog != null && catalog != table.catalog)) return null;
         seq = at;
         catalog = table.catalog;
@@ -265,21 +268,26 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
 
   /**
    * The seq the table is read at, for a view to be read at too: PRESENT (the query's snapshot),
-   * the catalog's {@code as_of_seq} (what {@code htap verify} replays at), or null when no view
-   * answers such a read: time travel by version or time, an exported source snapshot, the
-   * source route, or the service's in-memory tail (it holds the table's newest changes, not its
-   * views').
+   * a time-travel read's seq (by version or time: the one its loadTable answer fixed, and the
+   * views it lists hold), the catalog's {@code as_of_seq} (what {@code htap verify} replays at),
+   * or null when no view answers such a read: time travel to a seq not fixed yet (a time no
+   * checkpoint has passed), an exported source snapshot, the source route, or the service's
+   * in-memory tail (it holds the table's newest changes, not its views').
    */
-  private static Long readSeq(Map<String, String> options) {
-    for (String key : List.of("as_of_version", "as_of_time", "source_snapshot")) {
-      String v = options.get(key);
-      if (v != null && !v.isEmpty()) return null;
-    }
+  private static Long readSeq(HtapTable table) {
+    Map<String, String> options = table.options;
+    String snapshot = options.get("source_snapshot");
+    if (snapshot != null && !snapshot.isEmpty()) return null;
     String tail = HtapScan.setting(HtapScan.READ_TAIL_CONF, "read_tail", options);
     if ("true".equalsIgnoreCase(tail) || "source".equalsIgnoreCase(options.getOrDefault("route", "auto"))) {
       return null;
     }
+    String version = options.get("as_of_version");
     String asOf = options.get("as_of_seq");
+    // (the scan's precedence: a version, then the catalog's seq, then a time)
+    if ((version != null && !version.isEmpty()) || ((asOf == null || asOf.isBlank()) && options.containsKey("as_of_time"))) {
+      return table.viewsAt;
+    }
     if (asOf == null || asOf.isBlank()) return PRESENT;
     try {
       return Long.parseLong(asOf.trim());
@@ -300,6 +308,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     private final Aggregate aggregate;
     private final HtapTable table;
     private final View view;
+    private final long seq;  // where the view is read: PRESENT, or the seq the tables are read at
     // What the view's filter is analyzed over: the table's relation, or a join view's tables, each
     // under the alias the view's SQL gives it (the query's own attributes either way).
     private final LogicalPlan scope;
@@ -308,8 +317,9 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     private Map<String, AttributeReference> states;  // the view relation's columns by name
     private DataSourceV2Relation statesRelation;
 
-    Match(Aggregate aggregate, DataSourceV2Relation relation, Region region, View view) {
+    Match(Aggregate aggregate, DataSourceV2Relation relation, Region region, View view, long seq) {
       this.aggregate = aggregate;
+      this.seq = seq;
       this.table = (HtapTable) relation.table();
       this.view = view;
       LogicalPlan scope = view.tables.isEmpty() ? relation : null;
@@ -441,7 +451,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     private void load() {
       HtapTable states;
       try {
-        states = table.catalog.loadStates(view.name);
+        states = table.catalog.loadStates(view.name, seq == PRESENT ? null : seq);
       } catch (NoSuchTableException | Bridge.NoSuchTable e) {
         throw new NoMatch();  // dropped since the table was loaded: the table answers
       }
@@ -479,8 +489,17 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     }
 
     private Expression aggregate(AggregateExpression e) {
-      if (e.mode() != Complete$.MODULE$ || e.isDistinct() || e.filter().isDefined()) throw new NoMatch();
+      if (e.mode() != Complete$.MODULE$ || e.filter().isDefined()) throw new NoMatch();
       AggregateFunction f = e.aggregateFunction();
+      // MIN/MAX and DISTINCT aggregates of group columns: every value (combination) of the
+      // table's rows is some group's, each group holds at least one row (a group's last row gone
+      // deletes it), and these aggregates do not count how many rows hold a value — Spark
+      // computes them over the groups. (Not over floating point: -0.0 and 0.0, or NaNs, may be one group.)
+      if ((e.isDistinct() || f instanceof Min || f instanceof Max) && overGroups(f) && !floating(f)) {
+        return new AggregateExpression((AggregateFunction) map(f), Complete$.MODULE$, e.isDistinct(), Option.empty(),
+            NamedExpression$.MODULE$.newExprId());
+      }
+      if (e.isDistinct()) throw new NoMatch();
       if (f instanceof Count) {
         List<Expression> args = CollectionConverters.asJava(f.children());
         boolean rows = args.stream().allMatch(a -> a.foldable() && a.eval(null) != null);
@@ -512,6 +531,14 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
         return of(f instanceof Min ? new Min(state) : new Max(state));
       }
       throw new NoMatch();
+    }
+
+    /** Whether a column {@code e} reads is of a floating point type. */
+    private static boolean floating(Expression e) {
+      for (Attribute a : CollectionConverters.asJava(e.references().toSeq())) {
+        if (a.dataType() instanceof FloatType || a.dataType() instanceof DoubleType) return true;
+      }
+      return false;
     }
 
     /** Average's result expression with its buffer's sum and count taken from the view. */
