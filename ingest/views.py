@@ -170,8 +170,9 @@ class ViewKeeper:
         old = read_at(self.warehouse, store, view.table, previous, states, HOLDER)
 
         def extremes(groups: pa.Table) -> pa.Table:
-            # MIN/MAX at P of the groups' rows the checkpoint leaves alone (a read of the rows at P).
-            with base.rows_at(self.warehouse, store, previous, shape, HOLDER) as (con, rows):
+            # MIN/MAX at P of the groups' rows the checkpoint leaves alone (a read of the rows at P:
+            # only of the groups' rows where the groups are over the table's own columns).
+            with base.rows_at(self.warehouse, store, previous, shape, HOLDER, base.of_groups(shape)) as (con, rows):
                 con.register("__groups", groups)
                 con.register("__changed", versions.select(list(base.table.key)))
                 return con.sql(_extremes_sql(shape, f"({rows})")).to_arrow_table()

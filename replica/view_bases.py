@@ -69,6 +69,15 @@ class ViewBase:
     def _dimension_columns(self, shape: ViewShape) -> set[str]:
         return {d.name(c) for d, _ in self.dimensions for c in d.columns} & set(shape.base_columns())
 
+    def of_groups(self, shape: ViewShape) -> str | None:
+        """The `keys_where` of a read of the rows of the groups in a registered `__groups` (their
+        group columns): where every group column is the table's own, the versions in one of the
+        groups; None (every key) where the view has no groups or groups by a dimension's column."""
+        if not shape.groups or set(shape.groups) & self._dimension_columns(shape):
+            return None
+        return ("EXISTS (SELECT 1 FROM __groups AS g WHERE "
+                + " AND ".join(f"g.{ident(c)} IS NOT DISTINCT FROM r.{ident(c)}" for c in shape.groups) + ")")
+
     def table_columns(self, shape: ViewShape) -> list[str]:
         """The table's columns the joined rows need: its key, its columns the view uses, and the
         columns it joins the dimensions on."""
@@ -98,9 +107,10 @@ class ViewBase:
 
     @contextmanager
     def rows_at(self, warehouse: Warehouse, store: MetadataStore, seq: int, shape: ViewShape,
-                holder: str) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
-        """A DuckDB cursor and the SQL of the joined rows at `seq` (the columns the view uses)."""
-        with rows_at(warehouse, store, self.table, seq, self.table_columns(shape), holder) as (con, rows):
+                holder: str, keys_where: str | None = None) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
+        """A DuckDB cursor and the SQL of the joined rows at `seq` (the columns the view uses);
+        `keys_where`: only the table's keys some version of which satisfies it (table_reads.rows_at)."""
+        with rows_at(warehouse, store, self.table, seq, self.table_columns(shape), holder, keys_where) as (con, rows):
             relations = []
             for i, (d, table) in enumerate(self.dimensions):
                 con.register(f"__dimension_{i}", read_at(warehouse, store, table, seq, self._read(d), holder))
@@ -158,15 +168,15 @@ class ViewBase:
         if not moved:
             return pa.table({c: pa.array([], versions.schema.field(c).type) for c in columns})
         key = list(self.table.key)
-        with rows_at(warehouse, store, self.table, previous, columns, holder) as (con, rows):
+        tests = " OR ".join(f"EXISTS (SELECT 1 FROM __moved_{i} AS m WHERE "
+                            + " AND ".join(f"r.{ident(c)} = m.{ident(k)}" for c, k in d.on) + ")" for i, d, _ in moved)
+        # (only the keys some version of which joins a moved key are merged: not the whole table)
+        with rows_at(warehouse, store, self.table, previous, columns, holder, keys_where=tests) as (con, rows):
             con.register("__changed_keys", versions.select(key))
-            tests = []
-            for i, d, keys in moved:
+            for i, _, keys in moved:
                 con.register(f"__moved_{i}", keys)
-                tests.append(f"EXISTS (SELECT 1 FROM __moved_{i} AS m WHERE "
-                             + " AND ".join(f"r.{ident(c)} = m.{ident(k)}" for c, k in d.on) + ")")
             own = " AND ".join(f"c.{ident(k)} = r.{ident(k)}" for k in key)
-            return con.sql(f"SELECT * FROM ({rows}) AS r WHERE ({' OR '.join(tests)}) AND NOT EXISTS "
+            return con.sql(f"SELECT * FROM ({rows}) AS r WHERE ({tests}) AND NOT EXISTS "
                            f"(SELECT 1 FROM __changed_keys AS c WHERE {own})").to_arrow_table()
 
     def _versions_sql(self, shape: ViewShape, previous: int, truncations: dict[int, list[int]]) -> tuple[list[str], str]:
