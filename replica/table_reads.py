@@ -49,10 +49,9 @@ def rows_at(warehouse: Warehouse, store: MetadataStore, table: TableInfo, seq: i
                 local = [str(root / p) for p in plan.delta_paths]
                 source = (versioned_source(local, list(plan.delta_versions), dict(plan.added_versions), names)
                           if evolved(list(plan.delta_versions), dict(plan.added_versions)) else parquet_source(local))
-                keys = ", ".join(ident(k) for k in table.key)
                 only = [] if keys_where is None else [
-                    f"({keys}) IN (SELECT {', '.join(f'r.{ident(k)}' for k in table.key)} FROM {source} AS r"
-                    f" WHERE {keys_where})"]
+                    f"({', '.join(ident(k) for k in table.key)}) IN"
+                    f" (SELECT {', '.join(f'r.{ident(k)}' for k in table.key)} FROM {source} AS r WHERE {keys_where})"]
                 parts.append(current_rows_sql(source, list(table.key), names, columns, seq, floor=plan.floor,
                                               partial=plan.partial, key_conditions=only))
             if not parts:  # no delta yet: no row

@@ -159,7 +159,7 @@ public class HtapCatalog implements RelationCatalog {
   /** Why {@code views.<name> FOR ... AS OF} is refused, and the query that does it instead. */
   private String viewTimeTravel(Identifier ident, Map<String, String> extra) {
     List<String> args = new ArrayList<>(List.of("view-sql", ident.name(), name));
-    extra.forEach((k, v) -> args.add("--" + k.replace('_', '-') + "=" + v));
+    args.addAll(travelArgs(extra));
     String sql;
     try {
       sql = Bridge.call(options, args.toArray(new String[0])).get("sql").asText();
@@ -168,6 +168,13 @@ public class HtapCatalog implements RelationCatalog {
     }
     return "Spark has no time travel on a view, and " + name + "." + VIEWS + "." + ident.name() + " is a view; run"
         + " its SQL with the time travel on its tables, which Spark answers from the view's groups at that seq: " + sql;
+  }
+
+  /** A time-travel read's options ({@code as_of_version}, {@code as_of_time}) as bridge arguments. */
+  private static List<String> travelArgs(Map<String, String> extra) {
+    List<String> out = new ArrayList<>();
+    extra.forEach((k, v) -> out.add("--" + k.replace('_', '-') + "=" + v));
+    return out;
   }
 
   /**
@@ -192,9 +199,7 @@ public class HtapCatalog implements RelationCatalog {
     Long viewsAt;
     try {
       List<String> args = new ArrayList<>(List.of("table-schema", tableOptions.get("table")));
-      if (!isViews(ident)) {  // a time-travel read: which views hold its seq
-        extra.forEach((k, v) -> args.add("--" + k.replace('_', '-') + "=" + v));
-      }
+      if (!isViews(ident)) args.addAll(travelArgs(extra));  // a time-travel read: which views hold its seq
       com.fasterxml.jackson.databind.JsonNode answer = Bridge.call(options, args.toArray(new String[0]));
       schema = StructType.fromDDL(answer.get("ddl").asText());
       columns = FilterEstimate.parse(answer.get("columns"));

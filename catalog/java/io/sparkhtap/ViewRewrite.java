@@ -81,7 +81,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <li>a state for every aggregate: COUNT(*) and COUNT(x) are sums of counts, SUM(x) a sum of
  *       sums (NULL where no value was counted), AVG(x) Spark's own Average evaluated over the
  *       summed sum and count, MIN/MAX(x) of minima/maxima (not of floating point columns,
- *       whose -0.0 and NaN Spark orders its own way). DISTINCT and FILTER aggregates are left.
+ *       whose -0.0 and NaN Spark orders its own way);
+ *       MIN/MAX and DISTINCT aggregates of expressions over group columns, over the groups.
+ *       Other DISTINCT aggregates and FILTER aggregates are left.
  * </ul>
  * A time-travel read ({@code FOR VERSION|TIMESTAMP AS OF}, every table of the region at one seq)
  * is read from a view at that seq, when the view holds it (its loadTable answer lists only such
