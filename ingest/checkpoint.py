@@ -118,7 +118,8 @@ class Checkpointer:
                 return {d.path: d.checksum for d in store.deltas(table.id, part)} | {
                     d.path: d.checksum for d in deltas if d.table_id == table.id and d.part == part}
             try:
-                deltas += write_partitioned(self.warehouse, table, data, live, locks, store, changed.get(table.id))
+                deltas += write_partitioned(self.warehouse, table, data, live, locks, store, changed.get(table.id),
+                                            self.views.before_columns(table.id))
             except WarehouseError as e:
                 # Before the metadata transaction: nothing of this checkpoint is visible or
                 # confirmed. The caller restarts the stream from the durable position.

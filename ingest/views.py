@@ -112,6 +112,16 @@ class ViewKeeper:
         self._failures = failures
         return {t.id: [] for _, base in self._kept for t in base.tables}
 
+    def before_columns(self, table_id: int) -> tuple[str, ...]:
+        """The columns of a changed key's previous row (write_partitioned's `before_columns`)
+        that this checkpoint's views read: those a view over the table reads (ViewBase
+        .table_columns); none for a table only joined as a dimension (its versions are enough)."""
+        columns = []
+        for view, base in self._kept:
+            if base.table.id == table_id:
+                columns += [*base.table.key, *base.table_columns(ViewShape.of(view.definition, base.table.key))]
+        return tuple(dict.fromkeys(columns))
+
     def _build(self, store: MetadataStore, view: ViewInfo, base: ViewBase, seq: int) -> ViewInfo:
         """The view as of `seq`: the aggregate of its (joined) rows then, one delta at `seq`."""
         with phase("view_build"):

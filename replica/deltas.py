@@ -13,7 +13,7 @@ import logging
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -282,6 +282,7 @@ def write_partitioned(
     locks: ExitStack | None = None,
     store: MetadataStore | None = None,
     changed: list[Changed] | None = None,
+    before_columns: Sequence[str] | None = None,
 ) -> list[NewDelta]:
     """One delta per partition that `data` touches. With `live` (a partition's live deltas:
     relative paths, or paths -> checksums), each delta records the versions it supersedes (htap.replica.dv),
@@ -299,7 +300,11 @@ def write_partitioned(
     With `changed` (and `live`), each partition's `Changed` is appended to it: its versions and
     their keys' newest live versions, looked up in the key index before the delta supersedes
     them. The live deltas are those committed, so with one call per table and checkpoint (as
-    the checkpointer makes) `before` is the table as of the last checkpoint."""
+    the checkpointer makes) `before` is the table as of the last checkpoint. `before_columns`:
+    the table's columns `before` holds beside the key, `_seq`, `_op` and `_unset` (None: all of
+    them; empty: no `before` is read) — what the views read of a changed key's previous row:
+    reading the other columns of every row group holding one was most of a checkpoint of
+    scattered updates."""
     if changed is not None and live is None:
         raise ValueError("write_partitioned: `changed` needs `live` (the key index finds the versions changed)")
     warehouse = as_warehouse(warehouse)
@@ -360,17 +365,23 @@ def write_partitioned(
             if changed is not None:
                 def seen(sorted_rows: pa.Table, part=part, keys=keys, older=older, current=current) -> None:
                     with phase("before_images"):
-                        before = _newest_versions(warehouse, table, sorted_rows, keys, older, current)
+                        before = _newest_versions(warehouse, table, sorted_rows, keys, older, current, before_columns)
                     changed.append(Changed(part, sorted_rows, before))
         out.append(write_delta(warehouse, table, rows, part, dv=entries, complete=complete, seen=seen))
     return out
 
 
 def _newest_versions(warehouse: Warehouse, table: TableInfo, rows: pa.Table, keys: keyindex.KeyIndex,
-                     older: dict[str, str | None], current: Callable[[], keyindex.KeyIndex]) -> pa.Table:
+                     older: dict[str, str | None], current: Callable[[], keyindex.KeyIndex],
+                     columns: Sequence[str] | None = None) -> pa.Table:
     """The newest version in the partition's live deltas (`older`) of each key in `rows`, read
-    from the rows the key index points to (only the row groups holding them)."""
+    from the rows the key index points to (only the row groups holding them, only the key and
+    `columns`: None, all)."""
     key = list(table.key)
+    if columns is not None and not columns:
+        return delta_schema(table.arrow_schema).empty_table()
+    names = table.arrow_schema.names if columns is None else [c for c in table.arrow_schema.names
+                                                              if c in key or c in columns]
     key_schema = pa.schema([table.arrow_schema.field(k) for k in key])
     unique = rows.select(key).group_by(key, use_threads=False).aggregate([]).select(key).cast(key_schema)
     with keys.lock:
@@ -381,10 +392,12 @@ def _newest_versions(warehouse: Warehouse, table: TableInfo, rows: pa.Table, key
     with warehouse.local(holding) as root:
         for p in holding:
             wanted = np.array([r for t, r in zip(targets, at.tolist()) if t == p], np.int64)
-            found.append(_read_rows(root / p, wanted, table.arrow_schema.names))
+            found.append(_read_rows(root / p, wanted, names))
+    stored = delta_schema(table.arrow_schema)
+    stored = pa.schema([f for f in stored if f.name in names or f.name not in table.arrow_schema.names])
     if not found:
-        return delta_schema(table.arrow_schema).empty_table()
-    return pa.concat_tables(found, promote_options="permissive").cast(delta_schema(table.arrow_schema))
+        return stored.empty_table()
+    return pa.concat_tables(found, promote_options="permissive").cast(stored)
 
 
 def _complete_moved(warehouse: Warehouse, table: TableInfo, data: pa.Table, splits, lock: Callable[[int], None],
