@@ -114,7 +114,8 @@ MAINTENANCE_ROUNDS = 3
 
 def maintenance_cost(replica: Replica, dsn: str) -> dict:
     """Per kind of change: the rows it changed, and the checkpoints that stored it — their time
-    in all and in the `views` phase (keeping the three views), from the service's log."""
+    in all, in the `views` phase (keeping the three views) and in `before_images` (reading the
+    changed keys' previous rows, which only views need), from the service's log."""
     from bench.freshness import checkpoint_profile
     from htap.conf import load_config
     from htap.replica.metadata import MetadataStore
@@ -142,9 +143,10 @@ def maintenance_cost(replica: Replica, dsn: str) -> dict:
         time.sleep(1.1)  # the log line of the last checkpoint is written after its commit
         profile = checkpoint_profile(replica.log_path, since, time.time())
         out[kind] = {"sql": sql, "rounds": MAINTENANCE_ROUNDS, "rows_changed": changed,
-                     "checkpoints": profile["checkpoints"], "views_s": profile["phases"].get("views")}
+                     "checkpoints": profile["checkpoints"], "views_s": profile["phases"].get("views"),
+                     "before_images_s": profile["phases"].get("before_images")}
         log(f"maintenance, {kind}: {changed} rows changed; checkpoints {profile['checkpoints']};"
-            f" their views phase {profile['phases'].get('views')}")
+            f" their views phase {profile['phases'].get('views')}; before-images {profile['phases'].get('before_images')}")
     return out
 
 

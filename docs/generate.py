@@ -681,15 +681,17 @@ def more_page(files: dict[str, bytes | str]) -> str:
               [(f"`{q}`: view / replica / JDBC, best s", f"{d['best_s']['view']} / {d['best_s']['replica']} / "
                 f"{d['best_s']['jdbc']} (view {1 / d['view_vs_replica']:.1f}x faster than the replica,"
                 f" {1 / d['view_vs_jdbc']:.1f}x than JDBC)") for q, d in r["queries"].items()]
-              + [(f"maintenance, {kind}: checkpoint / its views phase, median s",
-                  f"{m['checkpoints'].get('p50')} / {(m['views_s'] or {}).get('p50')} ({m['rows_changed']:,} rows"
+              + [(f"maintenance, {kind}: checkpoint / its views phase / before-images, median s",
+                  f"{m['checkpoints'].get('p50')} / {(m['views_s'] or {}).get('p50')} /"
+                  f" {(m.get('before_images_s') or {}).get('p50', 'not measured')} ({m['rows_changed']:,} rows"
                   f" changed in {m['rounds']} checkpoints)") for kind, m in r.get("maintenance", {}).items()],
               f"TPC-H SF {r['sf']:g} (lineitem: about {6 * r['sf']:g}M rows); the same"
               f" queries with `spark.htap.viewRewrite` on (read from views {', '.join(f'`{v}`' for v in r['views'])};"
               " `by_nation` joins supplier) and off (the tables' replicas), and through Spark's JDBC catalog; answers"
               f" equal; one session, runs interleaved, best of {r['repeats']}; the views' maintenance from the"
               f" service's checkpoint timing (a supplier change re-groups the join view: a read of lineitem at the"
-              f" previous checkpoint); {r['note']} ([Derived views](../views.md)).")
+              f" previous checkpoint; before-images: the changed rows' previous versions, read only for"
+              f" views); {r['note']} ([Derived views](../views.md)).")
     r = _load("metrics.json")
     if r:
         table("Metrics endpoint", "metrics.json", "python -m bench.metrics --tables 500 --deltas 10 --rounds 30",

@@ -266,7 +266,8 @@ class Changed:
     """What a checkpoint changes in one partition of a table, as the views over it need it
     (htap.replica.view_maintenance.group_changes): the versions it stores (sorted, partial
     updates completed) and `before`, the newest live version of each key they change (as
-    stored: upserts and deletes, table columns, _seq, _op, _unset; keys never seen are absent)
+    stored: upserts and deletes, the table's columns the views read, _seq, _op, _unset; keys
+    never seen are absent)
     — the key's row as of the last checkpoint, when it is an upsert."""
 
     part: int
