@@ -151,7 +151,7 @@ def rewrite_views(store, base, at: int | None = None, window_s: float = 0.0) -> 
     exactly the time travel the tables would, never one they would refuse. (A staleness limit
     does not apply to time travel.)"""
     from htap.replica.read_plans import queryable_window
-    from htap.rewrite.views import spark_aliases, spark_filter
+    from htap.rewrite.views import DIMENSION_SEPARATOR, spark_aliases, spark_filter
 
     def holds(table) -> bool:
         window = queryable_window(store, table, window_s)
@@ -179,5 +179,6 @@ def rewrite_views(store, base, at: int | None = None, window_s: float = 0.0) -> 
             if at is not None and not all(holds(t) for t in dimensions):
                 continue
             entry["tables"] = spark_aliases(view.sql)
+            entry["separator"] = DIMENSION_SEPARATOR
         out.append(entry)
     return sorted(out, key=lambda v: v["rows"])

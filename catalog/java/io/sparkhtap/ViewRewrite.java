@@ -106,17 +106,19 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
     final long since;  // the seq it was built at: it answers reads at that seq and after
     private final Map<String, String> states;  // "fn:arg" ("count:" is COUNT(*)) -> state column
     // A join view's tables (schema.table) by the alias its filter names them with; empty for one
-    // table. Its dimensions' columns are named <alias>__<column> in its groups and states.
+    // table. Its dimensions' columns are named <alias><separator><column> in its groups and states.
     final Map<String, String> tables;
+    final String separator;  // (htap.rewrite.views.DIMENSION_SEPARATOR; null for one table)
 
     private View(String name, Set<String> groups, String filter, long since, Map<String, String> states,
-                 Map<String, String> tables) {
+                 Map<String, String> tables, String separator) {
       this.name = name;
       this.since = since;
       this.groups = groups;
       this.filter = filter;
       this.states = states;
       this.tables = tables;
+      this.separator = separator;
     }
 
     static List<View> parse(JsonNode views) {
@@ -132,7 +134,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
         Map<String, String> tables = new HashMap<>();
         if (v.has("tables")) v.get("tables").fields().forEachRemaining(t -> tables.put(t.getKey(), t.getValue().asText()));
         out.add(new View(v.get("name").asText(), groups, v.get("filter").isNull() ? null : v.get("filter").asText(),
-            v.get("since").asLong(), states, tables));
+            v.get("since").asLong(), states, tables, v.has("separator") ? v.get("separator").asText() : null));
       }
       return out;
     }
@@ -326,7 +328,7 @@ public final class ViewRewrite extends Rule<LogicalPlan> {
       this.view = view;
       LogicalPlan scope = view.tables.isEmpty() ? relation : null;
       for (DataSourceV2Relation leaf : region.leaves) {
-        String prefix = leaf == relation ? "" : region.alias(view, leaf) + "__";
+        String prefix = leaf == relation ? "" : region.alias(view, leaf) + view.separator;
         for (AttributeReference a : CollectionConverters.asJava(leaf.output())) {
           names.put(a.exprId(), prefix + a.name());
           if (view.groups.contains(prefix + a.name())) groups.add(a.exprId());
