@@ -254,6 +254,8 @@ def _time_travel_reads_the_view_at_that_seq(workspace, spark, catalog, views):
     got, plan = _run(spark, suggested, True)
     assert _read_view(catalog, plan), plan
     assert got == _run(spark, suggested, False)[0]
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+        spark.sql(f"SELECT * FROM {catalog}.views.no_such_view VERSION AS OF {first}").collect()
 
 
 def _failed_over_table_answers_its_views_from_the_source(workspace, spark, catalog, views):

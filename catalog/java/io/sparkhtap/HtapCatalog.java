@@ -149,7 +149,7 @@ public class HtapCatalog implements RelationCatalog {
     // A view is a view to Spark (loadView): its own SQL over its table, which ViewRewrite reads
     // from the view's states. Spark time-travels tables only; the same SQL over the table
     // FOR VERSION|TIMESTAMP AS OF is answered from the view's states at that seq.
-    if (isViews(ident) && !extra.isEmpty()) throw new UnsupportedOperationException(viewTimeTravel(ident, extra));
+    if (isViews(ident) && !extra.isEmpty()) throw viewTimeTravel(ident, extra);
     if (ident.namespace().length != 1 || isViews(ident)) {
       throw new NoSuchTableException(ident);
     }
@@ -157,17 +157,19 @@ public class HtapCatalog implements RelationCatalog {
   }
 
   /** Why {@code views.<name> FOR ... AS OF} is refused, and the query that does it instead. */
-  private String viewTimeTravel(Identifier ident, Map<String, String> extra) {
+  private UnsupportedOperationException viewTimeTravel(Identifier ident, Map<String, String> extra)
+      throws NoSuchTableException {
     List<String> args = new ArrayList<>(List.of("view-sql", ident.name(), name));
     args.addAll(travelArgs(extra));
     String sql;
     try {
       sql = Bridge.call(options, args.toArray(new String[0])).get("sql").asText();
     } catch (Bridge.NoSuchTable e) {
-      return ident + ": no such view";
+      throw new NoSuchTableException(ident);
     }
-    return "Spark has no time travel on a view, and " + name + "." + VIEWS + "." + ident.name() + " is a view; run"
-        + " its SQL with the time travel on its tables, which Spark answers from the view's groups at that seq: " + sql;
+    return new UnsupportedOperationException("Spark has no time travel on a view, and " + name + "." + VIEWS + "."
+        + ident.name() + " is a view; run its SQL with the time travel on its tables, which Spark answers from the"
+        + " view's groups at that seq: " + sql);
   }
 
   /** A time-travel read's options ({@code as_of_version}, {@code as_of_time}) as bridge arguments. */
