@@ -26,6 +26,7 @@ from htap.observe import phase
 from htap.replica import column_stats
 from htap.replica import dv as dvs
 from htap.replica import keyindex
+from htap.replica.merge import ident, parquet_source
 from htap.replica.metadata import MetadataStore, NewDelta
 from htap.replica.models import BASE_PREFIX, OP, OP_DELETE, ORD, SEQ, UNSET_MASK, TableInfo, delta_schema
 from htap.replica.partitions import decode_bounds, split_by_partition
@@ -473,21 +474,50 @@ def _complete_moved(warehouse: Warehouse, table: TableInfo, data: pa.Table, spli
 
 
 def _read_rows(path: Path, rows: np.ndarray, names: list[str]) -> pa.Table:
-    """Rows `rows` (ordinals) of a delta file: the table's columns, _seq, _op and _unset; only
-    the row groups holding them are read."""
+    """Rows `rows` (ordinals) of a delta file, in that order: the columns `names` (of the
+    table's), _seq, _op and _unset; only the row groups holding them are read. Where DuckDB
+    returns every column exactly (`_duckdb_exact`), DuckDB reads them: inside those row groups it
+    decodes the other columns only for the vectors holding a wanted row (3-7x less than pyarrow's
+    whole row groups for 1,200 rows scattered over 6M); else pyarrow does."""
+    available = pq.read_schema(path)
+    cols = [c for c in [*names, SEQ, OP, UNSET_MASK] if c in available.names]
+    if all(_duckdb_exact(available.field(c).type) for c in cols):
+        con = engine.cursor()
+        try:
+            con.register("__wanted", pa.table({"r": pa.array(rows, pa.int64()),
+                                               "i": pa.array(np.arange(len(rows), dtype=np.int64))}))
+            picked = ", ".join(f"d.{ident(c)}" for c in cols)
+            data = con.sql(f"SELECT {picked} FROM {parquet_source([str(path)], row_numbers=True)} AS d"
+                           f" JOIN __wanted AS w ON d.file_row_number = w.r ORDER BY w.i").to_arrow_table()
+        finally:
+            con.close()
+        data = data.cast(pa.schema([available.field(c) for c in cols]))
+    else:
+        data = _read_row_groups(path, rows, cols)
+    if UNSET_MASK not in data.column_names:
+        data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, np.int64)))
+    return data
+
+
+def _duckdb_exact(t: pa.DataType) -> bool:
+    """Whether DuckDB reads a Parquet column of Arrow type `t` back as the same values of the same
+    type (tests/unit/test_delta_rows.py): not decimal256, times, timestamps' zones, nested types."""
+    return (pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t) or pa.types.is_boolean(t)
+            or pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_date32(t)
+            or (pa.types.is_decimal128(t) and t.precision <= 38))
+
+
+def _read_row_groups(path: Path, rows: np.ndarray, cols: list[str]) -> pa.Table:
+    """`_read_rows` by pyarrow: the whole row groups holding `rows`, then the rows."""
     pf = pq.ParquetFile(path)
     sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     groups = sorted(set((np.searchsorted(starts, rows, side="right") - 1).tolist()))
-    cols = [c for c in [*names, SEQ, OP, UNSET_MASK] if c in pf.schema_arrow.names]
     data = pf.read_row_groups(groups, columns=cols)
     offsets = np.concatenate([[0], np.cumsum([sizes[g] for g in groups])]).astype(np.int64)
     local = np.array([offsets[groups.index(g)] + r - starts[g] for g, r in
                       zip((np.searchsorted(starts, rows, side="right") - 1).tolist(), rows.tolist())], np.int64)
-    data = data.take(pa.array(local))
-    if UNSET_MASK not in data.column_names:
-        data = data.append_column(UNSET_MASK, pa.array(np.zeros(data.num_rows, np.int64)))
-    return data
+    return data.take(pa.array(local))
 
 
 def current_layout(store: MetadataStore, table: TableInfo) -> TableInfo:

@@ -77,8 +77,10 @@ def versioned_source(files: list[str], versions: list[int], added: dict[str, int
     return "(" + " UNION ALL BY NAME ".join(parts) + ")"
 
 
-def parquet_source(files: list[str]) -> str:
-    return "read_parquet([" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "])"
+def parquet_source(files: list[str], row_numbers: bool = False) -> str:
+    """`files` as one DuckDB relation; `row_numbers`: with each row's ordinal in its file (`file_row_number`)."""
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    return f"read_parquet([{listed}]{', file_row_number = true' if row_numbers else ''})"
 
 
 def current_rows_sql(
