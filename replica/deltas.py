@@ -267,8 +267,8 @@ class Changed:
     """What a checkpoint changes in one partition of a table, as the views over it need it
     (htap.replica.view_maintenance.group_changes): the versions it stores (sorted, partial
     updates completed) and `before`, the newest live version of each key they change (as
-    stored: upserts and deletes, the table's columns the views read, _seq, _op, _unset; keys
-    never seen are absent)
+    stored: upserts and deletes, table columns — those no view reads NULL —, _seq, _op, _unset;
+    keys never seen are absent)
     — the key's row as of the last checkpoint, when it is an upsert."""
 
     part: int
@@ -303,8 +303,8 @@ def write_partitioned(
     their keys' newest live versions, looked up in the key index before the delta supersedes
     them. The live deltas are those committed, so with one call per table and checkpoint (as
     the checkpointer makes) `before` is the table as of the last checkpoint. `before_columns`:
-    the table's columns `before` holds beside the key, `_seq`, `_op` and `_unset` (None: all of
-    them; empty: no `before` is read) — what the views read of a changed key's previous row:
+    the table's columns `before` holds beside the key, `_seq`, `_op` and `_unset`, the others
+    NULL (None: all of them; empty: no `before` is read) — what the views read of a changed key's previous row:
     reading the other columns of every row group holding one was most of a checkpoint of
     scattered updates."""
     if changed is not None and live is None:
@@ -378,7 +378,7 @@ def _newest_versions(warehouse: Warehouse, table: TableInfo, rows: pa.Table, key
                      columns: Sequence[str] | None = None) -> pa.Table:
     """The newest version in the partition's live deltas (`older`) of each key in `rows`, read
     from the rows the key index points to (only the row groups holding them, only the key and
-    `columns`: None, all)."""
+    `columns`: None, all; the other columns NULL)."""
     key = list(table.key)
     if columns is not None and not columns:
         return delta_schema(table.arrow_schema).empty_table()
@@ -396,10 +396,11 @@ def _newest_versions(warehouse: Warehouse, table: TableInfo, rows: pa.Table, key
             wanted = np.array([r for t, r in zip(targets, at.tolist()) if t == p], np.int64)
             found.append(_read_rows(root / p, wanted, names))
     stored = delta_schema(table.arrow_schema)
-    stored = pa.schema([f for f in stored if f.name in names or f.name not in table.arrow_schema.names])
     if not found:
         return stored.empty_table()
-    return pa.concat_tables(found, promote_options="permissive").cast(stored)
+    read = pa.concat_tables(found, promote_options="permissive")
+    return pa.Table.from_arrays([read.column(f.name).cast(f.type) if f.name in read.column_names
+                                 else pa.nulls(read.num_rows, f.type) for f in stored], schema=stored)
 
 
 def _complete_moved(warehouse: Warehouse, table: TableInfo, data: pa.Table, splits, lock: Callable[[int], None],

@@ -150,18 +150,11 @@ def checkpoint_changes(changed: list[Changed], schema: pa.Schema, truncated_at: 
     columns = [*schema.names, SEQ, OP]
     stored = delta_schema(schema)
     versions = pa.concat_tables([c.versions.select(stored.names).cast(stored) for c in changed] or [stored.empty_table()])
-    found = pa.concat_tables([_widened(c.before, stored) for c in changed] or [stored.empty_table()])
+    found = pa.concat_tables([c.before.cast(stored) for c in changed] or [stored.empty_table()])
     alive = pc.equal(found.column(OP), OP_UPSERT)
     if truncated_at is not None:
         alive = pc.and_(alive, pc.greater_equal(found.column(SEQ), truncated_at))
     return versions.select(columns), found.filter(alive).select(schema.names)
-
-
-def _widened(before: pa.Table, stored: pa.Schema) -> pa.Table:
-    """Before-images in the stored schema: the columns no view reads (write_partitioned's
-    `before_columns` left them out) NULL."""
-    return pa.Table.from_arrays([before.column(f.name).cast(f.type) if f.name in before.column_names
-                                 else pa.nulls(before.num_rows, f.type) for f in stored], schema=stored)
 
 
 def group_changes(shape: ViewShape, previous_seq: int, before: pa.Table, versions: pa.Table, old: pa.Table,
